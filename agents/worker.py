@@ -1,0 +1,100 @@
+"""The worker: claims runnable executions and runs them, woken by the bus.
+
+A slow poll is the safety net for lost wake-ups and for leases left by dead workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+
+from agents.claims import claim_next
+from agents.runner import ExecutionRunner
+from core.bus import WAKE_CHANNEL
+from core.db import Database
+from core.ids import new_id
+from core.mail import run_mail_dispatcher
+from core.settings import Settings
+from review.inbound import InboundListener
+from review.timers import run_review_timers
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id('w')[-6:]}"
+
+
+class Worker:
+    def __init__(self, settings: Settings, db: Database, worker_id: str | None = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.worker_id = worker_id or default_worker_id()
+        self._running: set[asyncio.Task[None]] = set()
+        self._kick = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until `stop` is set, then cancel what runs: its leases lapse and others resume it."""
+        # Replies to review mail (VOUCH_INBOUND_SMTP): bound first, so a taken port fails the start loudly.
+        inbound = InboundListener(self.settings, self.db) if self.settings.inbound_smtp else None
+        if inbound is not None:
+            await inbound.start()
+        helpers = [
+            asyncio.create_task(self._listen_for_wakeups()),
+            asyncio.create_task(run_review_timers(self.db, self.settings, stop)),
+        ]
+        if self.settings.smtp_url:
+            helpers.append(
+                asyncio.create_task(
+                    run_mail_dispatcher(self.db, self.settings.smtp_url, stop, self.settings.worker_poll_seconds)
+                )
+            )
+        stopper = asyncio.create_task(stop.wait())
+        stopper.add_done_callback(lambda _: self._kick.set())
+        log.info("worker %s started", self.worker_id)
+        try:
+            while not stop.is_set():
+                self._kick.clear()
+                await self._fill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), self.settings.worker_poll_seconds)
+        finally:
+            for task in (*self._running, *helpers, stopper):
+                task.cancel()
+            await asyncio.gather(*self._running, *helpers, stopper, return_exceptions=True)
+            if inbound is not None:
+                await inbound.stop()
+            log.info("worker %s stopped", self.worker_id)
+
+    async def _fill(self) -> None:
+        while len(self._running) < self.settings.worker_concurrency:
+            try:
+                claim = await claim_next(self.db, self.worker_id, self.settings.worker_lease_seconds)
+            except Exception:
+                log.exception("claiming failed; retrying at the next wake-up")
+                return
+            if claim is None:
+                return
+            task = asyncio.create_task(ExecutionRunner(self.settings, self.db, self.worker_id, claim).run())
+            self._running.add(task)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._kick.set()
+
+    async def _listen_for_wakeups(self) -> None:
+        while True:
+            try:
+                async with self.db.bus.subscribe(WAKE_CHANNEL) as wake:
+                    while True:
+                        if await wake.get(timeout=None) is not None:
+                            self._kick.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("wake-up subscription failed; polling until it is back")
+                await asyncio.sleep(self.settings.worker_poll_seconds)

@@ -1,0 +1,82 @@
+"""Bearer API-key authentication and scope checks for the REST API (spec §5, §7)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import ParamSpec, TypeVar
+
+from quart import g, request
+
+from api.problems import ApiError, unauthorized
+from api.ratelimit_http import charge_request
+from api.services import db_session, services
+from core import apikeys
+from core.accounts import api_key_by_secret, key_state
+from core.models import User, utcnow
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Caller:
+    user_id: str
+    email: str
+    key_id: str
+    scopes: frozenset[str]
+
+
+def current_caller() -> Caller:
+    caller: Caller = g.caller
+    return caller
+
+
+async def authenticate() -> Caller:
+    header = request.headers.get("Authorization")
+    if not header:
+        raise unauthorized("missing_api_key", "send your API key as 'Authorization: Bearer svc_eval_…'")
+    scheme, _, secret = header.partition(" ")
+    secret = secret.strip()
+    if scheme.lower() != "bearer" or not secret or " " in secret:
+        raise unauthorized("malformed_authorization", "the Authorization header must be 'Bearer <API key>'")
+    settings = services().settings
+    session = db_session()
+    key = await api_key_by_secret(session, secret, settings.secret_key)
+    if key is None:
+        raise unauthorized("invalid_api_key", "this API key is not valid")
+    now = utcnow()
+    state = key_state(key, now)
+    if state != "active":
+        raise unauthorized(f"api_key_{state}", f"this API key has been {state}")
+    user = await session.get_one(User, key.user_id)
+    # Counted in memory and written in batches (api/usage.py): no write per request.
+    services().usage.record(key.id, request.remote_addr, now)
+    return Caller(user.id, user.email, key.id, apikeys.effective_scopes(key.scopes))
+
+
+def require_scope(scope: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Authenticate the request and demand `scope` (401 without a usable key, 403 without the scope)."""
+    if scope not in apikeys.SCOPES:
+        raise ValueError(f"unknown scope {scope}")
+
+    def decorate(view: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @wraps(view)
+        async def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+            caller = await authenticate()
+            # Every request made with a valid key counts (spec §8), a 403 for a missing scope included.
+            await charge_request(caller.key_id)
+            if scope not in caller.scopes:
+                raise ApiError(
+                    403,
+                    "insufficient_scope",
+                    f"this API key lacks the {scope} scope",
+                    headers={"WWW-Authenticate": f'Bearer realm="vouch", error="insufficient_scope", scope="{scope}"'},
+                )
+            g.caller = caller
+            return await view(*args, **kwargs)
+
+        return guarded
+
+    return decorate

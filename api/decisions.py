@@ -1,0 +1,75 @@
+"""Approve or reject a checkpoint over the API: the reviewer's programmatic channel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, request
+
+from api.auth import current_caller, require_scope
+from api.problems import ApiError, not_found
+from api.schemas import DecisionIn, parse_body
+from api.services import db_session
+from api.tasks import json_body
+from core.models import Checkpoint, Execution, utcnow
+from review import AlreadyDecided, DecisionError, UnknownCheckpoint, decide
+from review.access import may_decide
+
+blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
+
+
+@blueprint.post("/<execution_id>/checkpoints/<checkpoint_id>/decision")
+@require_scope("eval:manage")
+async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict[str, Any], int]:
+    caller = current_caller()
+    session = db_session()
+    execution = await session.get(Execution, execution_id)
+    checkpoint = await session.get(Checkpoint, checkpoint_id)
+    if checkpoint is not None and checkpoint.execution_id != execution_id:
+        checkpoint = None
+    # The assigned reviewer, or the backup reviewer once escalated: the one rule (review/access.py).
+    is_reviewer = execution is not None and await may_decide(session, execution, checkpoint, caller.email, utcnow())
+    if execution is None or not (is_reviewer or execution.user_id == caller.user_id):
+        raise not_found("execution")
+    if checkpoint is None:
+        raise not_found("checkpoint")
+    if not is_reviewer:
+        raise ApiError(
+            403,
+            "not_assigned_reviewer",
+            f"only the assigned reviewer ({execution.assigned_reviewer}) may decide",
+        )
+    body = parse_body(DecisionIn, await json_body())
+    try:
+        record = await decide(
+            session,
+            checkpoint_id,
+            body.decision,
+            by=caller.email,
+            via="api",
+            comment=body.comment,
+            remote_addr=request.remote_addr,
+        )
+    except AlreadyDecided as exc:
+        raise ApiError(
+            409,
+            exc.code,
+            str(exc),
+            errors=[{"pointer": "/decision", "detail": str(exc)}],
+        ) from None
+    except UnknownCheckpoint:
+        raise not_found("checkpoint") from None
+    except DecisionError as exc:
+        raise ApiError(409, exc.code, str(exc)) from None
+    # A PATCH may have named another reviewer since the check above. decide() has locked the
+    # execution row by now (PostgreSQL), so this read is final; on SQLite the request is serialised.
+    await session.refresh(execution)
+    if not await may_decide(session, execution, checkpoint, caller.email, utcnow()):
+        reviewer = execution.assigned_reviewer
+        raise ApiError(403, "not_assigned_reviewer", f"only the assigned reviewer ({reviewer}) may decide")
+    return {
+        "success": True,
+        "executionId": execution_id,
+        "checkpointId": checkpoint_id,
+        "decision": record.as_json(),
+    }, 200

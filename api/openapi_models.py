@@ -1,0 +1,176 @@
+"""Response bodies of the REST API, as pydantic models: the source of their schemas in the OpenAPI document.
+
+The views build plain dicts (api/status.py, api/tasks.py, api/executions.py, api/decisions.py); these models only
+describe them. The contract test (tests/api/test_openapi_contract.py) checks every live answer against the
+schemas generated from here, so a field added to a view without being added here fails that test.
+
+Every model is closed (`extra="forbid"` → `additionalProperties: false`) for the same reason. A field that
+may be null is typed `X | None` without a default: always present, possibly null (`anyOf [X, null]`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Repeated as literals so that the schema lists them; tests/api/test_openapi.py keeps them in step with the code.
+ExecutionStatus = Literal["queued", "running", "awaiting_review", "completed", "failed", "rejected", "cancelled"]
+CheckpointStatus = Literal["pending", "awaiting_review", "approved", "rejected", "auto_approved"]
+TestMode = Literal["with-verification", "without-verification"]
+Channel = Literal["email", "web", "chat", "api", "auto", "timeout"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# One description per meaning, shared by every answer that carries it.
+Succeeded = Annotated[Literal[True], Field(description="Always `true` in a success answer.")]
+ExecutionId = Annotated[str, Field(description="The execution's id; use it in the status path.")]
+CheckpointId = Annotated[str, Field(description="The checkpoint's id; use it in the decision path.")]
+TaskName = Annotated[str, Field(description="`taskName` as given at creation.")]
+Status = Annotated[ExecutionStatus, Field(description="Where it stands; the last four are final.")]
+Mode = Annotated[TestMode, Field(description="`testMode` as given at creation.")]
+Reviewer = Annotated[str | None, Field(description="E-mail address of the reviewer; null when none is named.")]
+ChatUrl = Annotated[str, Field(description="Live chat view of the execution; it carries a token, so keep it secret.")]
+CreatedAt = Annotated[datetime, Field(description="When it was created (UTC, ISO 8601 with milliseconds).")]
+CompletedAt = Annotated[datetime | None, Field(description="When it reached a final status; null before.")]
+CheckpointCount = Annotated[int, Field(ge=0, description="How many checkpoints it has.")]
+
+
+class CreateTaskOut(_Out):
+    """The answer to a create (spec §2.3)."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    chatUrl: ChatUrl
+    checkpointCount: CheckpointCount
+
+
+class DecisionOut(_Out):
+    """A recorded decision on a checkpoint."""
+
+    decision: Literal["approve", "reject", "cancel"] = Field(
+        description="What was decided; `cancel` only by a deadline whose onDeadline is cancel."
+    )
+    by: str = Field(description="Who decided: the reviewer's e-mail address, or `vouch` for an automatic pass.")
+    via: Channel = Field(description="Channel of the decision; `auto` when without-verification passed it.")
+    at: datetime = Field(description="When it was decided (UTC, ISO 8601 with milliseconds).")
+    comment: str | None = Field(description="The reviewer's comment; empty when none was given.")
+    attempt: int = Field(ge=1, description="The attempt of the checkpoint this decision answered.")
+
+
+class AttemptOut(DecisionOut):
+    """One decided attempt of a checkpoint, with the address the decision came from."""
+
+    remoteAddr: str | None = Field(description="The deciding request's address; null for timers and automatic passes.")
+
+
+class CheckpointOut(_Out):
+    """One checkpoint of an execution and where it stands."""
+
+    checkpointId: CheckpointId
+    stage: str = Field(description="Short label of the stage being verified.")
+    description: str = Field(description="What happens at this stage.")
+    verificationQuestion: str = Field(description="The question the reviewer answers.")
+    origin: Literal["caller", "auto"] = Field(description="`caller`: given at creation; `auto`: added by Vouch.")
+    status: CheckpointStatus = Field(description="`awaiting_review` while the agent waits at it for the reviewer.")
+    awaitingSince: datetime | None = Field(description="When the agent reached it and began to wait; null before.")
+    decision: DecisionOut | None = Field(description="The decision on the current attempt, once there is one.")
+    attempt: int = Field(ge=1, description="The current attempt: 1, plus one per rejection the agent revised after.")
+    attempts: list[AttemptOut] = Field(description="Every decided attempt, oldest first.")
+
+
+class MetricsOut(_Out):
+    """Performance metrics of an execution; they grow while it runs."""
+
+    durationMs: int | None = Field(description="From creation to completion (or to now while it runs).")
+    agentMs: int = Field(ge=0, description="Time spent in the agent's tool calls.")
+    reviewWaitMs: int = Field(ge=0, description="Time spent waiting for reviewers.")
+    steps: int = Field(ge=0, description="Steps the agent completed.")
+    toolCalls: int = Field(ge=0, description="Tool calls the agent started.")
+
+
+class StatusRecordOut(_Out):
+    """The status record of an execution (spec §4.2): status, checkpoints and metrics."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    taskName: TaskName
+    status: Status
+    testMode: Mode
+    assignedReviewer: Reviewer
+    chatUrl: ChatUrl
+    createdAt: CreatedAt
+    startedAt: datetime | None = Field(description="When a worker first began it; null before.")
+    completedAt: CompletedAt
+    checkpointCount: CheckpointCount
+    checkpoints: list[CheckpointOut] = Field(description="Its checkpoints, in the order the agent passes them.")
+    result: dict[str, Any] | None = Field(description="The agent's result once completed: `summary`, `steps`, ….")
+    error: str | None = Field(description="Why it failed, when it failed.")
+    metrics: MetricsOut = Field(description="Performance metrics, so far.")
+
+
+class ExecutionSummaryOut(_Out):
+    """One execution in a list."""
+
+    executionId: ExecutionId
+    taskName: TaskName
+    status: Status
+    testMode: Mode
+    assignedReviewer: Reviewer
+    createdAt: CreatedAt
+    completedAt: CompletedAt
+    checkpointCount: CheckpointCount
+    chatUrl: ChatUrl
+
+
+class ExecutionListOut(_Out):
+    """A page of the caller's executions, newest first."""
+
+    success: Succeeded
+    items: list[ExecutionSummaryOut] = Field(description="This page's executions, newest first.")
+    nextCursor: str | None = Field(description="Pass it back as `cursor` for the next page; null on the last page.")
+
+
+class DecisionAnswerOut(_Out):
+    """The answer to a decision: the decision as recorded."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    checkpointId: CheckpointId
+    decision: DecisionOut = Field(description="The decision as recorded.")
+
+
+class ProblemFieldError(_Out):
+    """One invalid input, named by exactly one of `pointer`, `parameter` or `header`."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 2, "maxProperties": 2})
+
+    pointer: str = Field(default="", description="JSON Pointer (RFC 6901) into the body; empty for the whole body.")
+    parameter: str = Field(default="", description="Name of the query parameter.")
+    header: str = Field(default="", description="Name of the request header.")
+    detail: str = Field(description="What is wrong with it.")
+
+
+class Problem(_Out):
+    """An error answer: RFC 9457 problem details, plus a stable `code` and `success: false`."""
+
+    success: Literal[False] = Field(description="Always `false` in an error answer.")
+    type: str = Field(description="A URI naming the kind of problem; it ends with the `code`.")
+    title: str = Field(description="Short, human-readable summary of the status.")
+    status: int = Field(ge=400, le=599, description="The HTTP status code, repeated.")
+    detail: str = Field(description="What went wrong in this request, for a human.")
+    code: str = Field(description="Stable machine-readable name of the problem; branch on this.")
+    errors: list[ProblemFieldError] = Field(default=[], description="Each invalid input, when there are any.")
+
+
+RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
+    CreateTaskOut,
+    StatusRecordOut,
+    ExecutionListOut,
+    DecisionAnswerOut,
+    Problem,
+)

@@ -1,0 +1,297 @@
+"""What each REST operation is, in data: the source of the operations in the OpenAPI document (api/openapi.py).
+
+Each operation lists the problem `code`s it can answer with; the document turns them into one response per
+status, whose schema allows exactly those codes. The contract test runs the live service against that, so a
+view that starts answering with a new code fails until the code is listed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# code → (status, what it means). The README's error table, as data.
+PROBLEM_CODES: dict[str, tuple[int, str]] = {
+    "invalid_json": (400, "The body is not valid JSON."),
+    "invalid_body": (400, "The body is valid JSON but not an object."),
+    "invalid_idempotency_key": (400, "`Idempotency-Key` is not one value of 1 to 255 printable ASCII characters."),
+    "invalid_cursor": (400, "`cursor` is not one this service handed out; start again without it."),
+    "missing_api_key": (401, "No `Authorization` header."),
+    "malformed_authorization": (401, "The `Authorization` header is not `Bearer <API key>`."),
+    "invalid_api_key": (401, "The key is not a valid key (mistyped, unknown or from another server)."),
+    "api_key_expired": (401, "The key has expired."),
+    "api_key_revoked": (401, "The key has been revoked."),
+    "insufficient_scope": (403, "The key lacks the scope this operation requires."),
+    "not_assigned_reviewer": (
+        403,
+        "Only the execution's `assignedReviewer` (or its `backupReviewer`, once escalated) may decide its checkpoints.",
+    ),
+    "not_found": (404, "No such execution or checkpoint, or it belongs to another user."),
+    "method_not_allowed": (405, "This method is not served on this path; `Allow` lists the ones that are."),
+    "already_decided": (409, "The checkpoint was already decided; `detail` names who, via what channel and when."),
+    "checkpoint_not_awaiting_review": (409, "The agent has not reached this checkpoint yet."),
+    "execution_not_awaiting_review": (
+        409,
+        "The execution ended (cancelled, failed); the checkpoint will not be reached.",
+    ),
+    "execution_finished": (409, "The execution has finished; it can no longer change or be cancelled."),
+    "execution_not_finished": (409, "The execution has not finished; cancel it first, then delete it."),
+    "idempotency_key_in_use": (409, "The first request with this `Idempotency-Key` is still running; retry shortly."),
+    "content_too_large": (413, "The body is larger than 1 MiB."),
+    "unsupported_media_type": (415, "The body was not sent as `Content-Type: application/json`."),
+    "validation_failed": (422, "Invalid fields or parameters; `errors[]` names each one."),
+    "idempotency_key_reused": (422, "This `Idempotency-Key` was used with a different body."),
+    "rate_limit_exceeded": (429, "The key's request rate is at its limit; wait `Retry-After` seconds."),
+    "concurrent_limit_exceeded": (429, "The key has as many executions in progress as it may; `Retry-After` hints."),
+    "internal_error": (500, "A fault on our side; `detail` quotes the request id. No internals are shown."),
+}
+
+# Answers every authenticated operation can give.
+_KEYED = (
+    *("missing_api_key", "malformed_authorization", "invalid_api_key", "api_key_expired", "api_key_revoked"),
+    *("insufficient_scope", "rate_limit_exceeded", "internal_error"),
+)
+# Answers of an operation that reads a JSON body.
+_BODY = ("invalid_json", "invalid_body", "content_too_large", "unsupported_media_type", "validation_failed")
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    operation_id: str
+    tag: str
+    summary: str
+    description: str
+    scope: str | None  # None: public, no key needed
+    success_status: int
+    success_schema: str | None  # a component schema; None: no body (or `success_media` says what)
+    success_description: str
+    problems: tuple[str, ...] = ()
+    parameters: tuple[str, ...] = ()  # names in components.parameters
+    body_schema: str | None = None
+    body_examples: dict[str, Any] = field(default_factory=dict)
+    success_headers: tuple[str, ...] = ()  # names in components.headers (always sent)
+    optional_headers: tuple[str, ...] = ()  # sent on some answers only
+    success_media: str = "application/json"
+    links: dict[str, Any] = field(default_factory=dict)
+
+
+_EXAMPLE_TASK = {
+    "taskName": "Release note",
+    "taskDescription": (
+        'Write a note called "notes.md" saying "v2 is out". Then send an email to team@example.com '
+        'with subject "v2" and body "v2 is out". Then summarise.'
+    ),
+    "testMode": "with-verification",
+    "assignedReviewer": "you@example.com",
+    "checkpoints": [{"stage": "Send", "description": "Mail to the team", "verificationQuestion": "Send it?"}],
+}
+
+
+def _execution_link(operation_id: str, description: str) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "parameters": {"executionId": "$response.body#/executionId"},
+        "description": description,
+    }
+
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "post",
+        "/api/eval/create-task-agent",
+        "createTask",
+        "Executions",
+        "Create an evaluation task",
+        "Creates a task and starts an agent execution for it (spec §4.1). The execution is `queued` at once; a "
+        "worker picks it up. With `testMode` `with-verification`, the agent pauses at each checkpoint until the "
+        "`assignedReviewer` approves or rejects it.\n\n"
+        "`taskName` and `taskDescription` are required and non-blank. `assignedReviewer` is required when the mode "
+        "is `with-verification` and there are checkpoints (or `autoDetectCheckpoints` is true). Unknown fields are "
+        "refused, so a typo never passes silently.\n\n"
+        "Send `Idempotency-Key` to make a retry safe: within 24 hours the same key with the same body returns the "
+        "first answer again (with `Idempotent-Replayed: true`) and creates nothing; the same key with another "
+        "body is a 422; while the first request still runs, a 409.",
+        "eval:create",
+        201,
+        "CreateTaskOut",
+        "Created: the execution is queued. `Location` is its status record.",
+        problems=(
+            *_KEYED,
+            *_BODY,
+            "invalid_idempotency_key",
+            "idempotency_key_in_use",
+            "idempotency_key_reused",
+            "concurrent_limit_exceeded",
+        ),
+        parameters=("IdempotencyKey",),
+        body_schema="CreateTaskIn",
+        body_examples={
+            "withReview": {"summary": "Pause before sending mail", "value": _EXAMPLE_TASK},
+            "automatic": {
+                "summary": "Fully automated",
+                "value": {
+                    "taskName": "Digest",
+                    "taskDescription": 'Write a note called "digest.md" saying "all good". Then summarise.',
+                    "testMode": "without-verification",
+                },
+            },
+        },
+        success_headers=("Location",),
+        optional_headers=("Idempotent-Replayed",),
+        links={
+            "GetStatus": _execution_link("getExecutionStatus", "The status record of the new execution."),
+            "Update": _execution_link("updateExecution", "Change its reviewer or webhook."),
+            "Cancel": _execution_link("cancelExecution", "Cancel it."),
+            "Delete": _execution_link("deleteExecution", "Delete it once finished."),
+        },
+    ),
+    Operation(
+        "get",
+        "/api/eval/status/{executionId}",
+        "getExecutionStatus",
+        "Executions",
+        "Get an execution's status",
+        "The status record (spec §4.2): status, checkpoints with their decisions, the result and the metrics. "
+        "Poll it, or watch the `chatUrl` live. Another user's execution answers 404, exactly like an unknown id.",
+        "eval:read",
+        200,
+        "StatusRecordOut",
+        "The status record.",
+        problems=(*_KEYED, "not_found"),
+        parameters=("ExecutionId",),
+        links={
+            "Decide": {
+                "operationId": "decideCheckpoint",
+                "parameters": {
+                    "executionId": "$response.body#/executionId",
+                    "checkpointId": "$response.body#/checkpoints/0/checkpointId",
+                },
+                "description": "Approve or reject its first checkpoint.",
+            }
+        },
+    ),
+    Operation(
+        "get",
+        "/api/eval/executions",
+        "listExecutions",
+        "Executions",
+        "List your executions",
+        "Your executions, newest first, a page at a time. Pass `nextCursor` back as `cursor` for the next page; it "
+        "is null on the last one. Pages never repeat or skip an execution while new ones are created. An unknown "
+        "status, a bad `limit` or an unknown query parameter is a 422 whose `errors[]` name the `parameter`.",
+        "eval:read",
+        200,
+        "ExecutionListOut",
+        "A page of executions.",
+        problems=(*_KEYED, "invalid_cursor", "validation_failed"),
+        parameters=("StatusFilter", "Limit", "Cursor"),
+    ),
+    Operation(
+        "patch",
+        "/api/eval/executions/{executionId}",
+        "updateExecution",
+        "Manage",
+        "Change an execution's reviewer or webhook",
+        "Changes `assignedReviewer` and/or `webhookUrl` of an execution that has not finished, validated as on "
+        "create; `null` clears a field (the reviewer only when no checkpoint needs one). After a new reviewer is "
+        "named, only that reviewer can decide a waiting checkpoint. A finished execution is a 409.",
+        "eval:manage",
+        200,
+        "StatusRecordOut",
+        "Changed: the status record.",
+        problems=(*_KEYED, *_BODY, "not_found", "execution_finished"),
+        parameters=("ExecutionId",),
+        body_schema="ExecutionPatchIn",
+        body_examples={
+            "reviewer": {"summary": "Name another reviewer", "value": {"assignedReviewer": "lee@example.com"}}
+        },
+    ),
+    Operation(
+        "delete",
+        "/api/eval/executions/{executionId}",
+        "deleteExecution",
+        "Manage",
+        "Delete a finished execution",
+        "Deletes a finished execution (`completed`, `failed`, `rejected`, `cancelled`) with its checkpoints, "
+        "decisions, events, tool calls and files; its status is a 404 afterwards. An unfinished one is a 409: "
+        "cancel it first.",
+        "eval:manage",
+        204,
+        None,
+        "Deleted.",
+        problems=(*_KEYED, "not_found", "execution_not_finished"),
+        parameters=("ExecutionId",),
+    ),
+    Operation(
+        "post",
+        "/api/eval/executions/{executionId}/cancel",
+        "cancelExecution",
+        "Manage",
+        "Cancel an execution",
+        "Moves a `queued`, `running` or `awaiting_review` execution to `cancelled`. A worker running it stops "
+        "before its next step. Deciding one of its checkpoints afterwards is a 409 "
+        "`execution_not_awaiting_review`. Cancelling a finished execution is a 409. No body is read.",
+        "eval:manage",
+        200,
+        "StatusRecordOut",
+        "Cancelled: the status record.",
+        problems=(*_KEYED, "not_found", "execution_finished"),
+        parameters=("ExecutionId",),
+    ),
+    Operation(
+        "post",
+        "/api/eval/executions/{executionId}/checkpoints/{checkpointId}/decision",
+        "decideCheckpoint",
+        "Review",
+        "Approve or reject a checkpoint",
+        "The reviewer's programmatic channel. Only the execution's `assignedReviewer` may decide (the key's user "
+        "must be that e-mail address); the execution's owner sees a 403, anyone else a 404. The first answer wins "
+        "whatever the channel (e-mail, web, chat, API); a later one is a 409 `already_decided` that names who "
+        "decided, via what, and when. Approve resumes the agent; reject ends the execution as `rejected`.",
+        "eval:manage",
+        200,
+        "DecisionAnswerOut",
+        "Decided: the decision as recorded.",
+        problems=(
+            *_KEYED,
+            *_BODY,
+            "not_found",
+            "not_assigned_reviewer",
+            "already_decided",
+            "checkpoint_not_awaiting_review",
+            "execution_not_awaiting_review",
+        ),
+        parameters=("ExecutionId", "CheckpointId"),
+        body_schema="DecisionIn",
+        body_examples={"approve": {"summary": "Approve", "value": {"decision": "approve", "comment": "looks right"}}},
+    ),
+    Operation(
+        "get",
+        "/api/openapi.json",
+        "getOpenApiDocument",
+        "Documentation",
+        "This OpenAPI document",
+        "The OpenAPI 3.1 description of the API. Public: it describes, it does not act.",
+        None,
+        200,
+        None,
+        "The OpenAPI document.",
+        problems=("internal_error",),
+    ),
+    Operation(
+        "get",
+        "/api/docs",
+        "getApiDocs",
+        "Documentation",
+        "The API reference page",
+        "This document as a readable web page. Public.",
+        None,
+        200,
+        None,
+        "An HTML page.",
+        problems=("internal_error",),
+        success_media="text/html",
+    ),
+)

@@ -1,0 +1,121 @@
+"""The component schemas of the OpenAPI document: the request models the views validate with
+(api/schemas.py), completed with what pydantic cannot say itself, and the response models
+(api/openapi_models.py)."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from api.openapi_models import RESPONSE_MODELS, ExecutionStatus
+from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (CreateTaskIn, ExecutionPatchIn, DecisionIn)
+_REF = "#/components/schemas/{model}"
+_NON_BLANK = r"\S"  # the models strip whitespace before checking min_length=1
+
+# What the pydantic models cannot say themselves, per schema and property (description, and rules the
+# validators apply in code). Every request property must have an entry: tests/api/test_openapi.py checks.
+_REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
+    "CreateTaskIn": {
+        "taskName": {"description": "Name of the task.", "pattern": _NON_BLANK},
+        "taskDescription": {"description": "What the agent must do.", "pattern": _NON_BLANK},
+        "checkpoints": {"description": "Caller-defined verification points, passed in order."},
+        "autoDetectCheckpoints": {
+            "description": "Let the service add verification points (stored; detection comes with the agent runtime)."
+        },
+        "testMode": {
+            "description": "`with-verification`: pause at each checkpoint for the reviewer; "
+            "`without-verification`: fully automated."
+        },
+        "assignedReviewer": {
+            "description": "E-mail address of the reviewer who decides the checkpoints; null or empty for none.",
+            "anyOf": [{"type": "string", "format": "email"}, {"type": "null"}],
+        },
+        "webhookUrl": {
+            "description": "http(s) URL that receives the completion notification; null or empty for none.",
+            "anyOf": [{"type": "string", "maxLength": 2048, "pattern": "^https?://[^/?#]"}, {"type": "null"}],
+        },
+        "maxRevisions": {
+            "description": "Rejections of one checkpoint the agent revises after (default 3); "
+            "the next rejection ends the execution `rejected`. 0: the first rejection ends it."
+        },
+        "backupReviewer": {
+            "description": "E-mail address told after the escalation delay; may then decide too. Null for none.",
+            "anyOf": [{"type": "string", "format": "email"}, {"type": "null"}],
+        },
+        "reviewDeadline": {
+            "description": "Seconds a checkpoint attempt may wait for a decision; then `onDeadline` applies. "
+            "Null: no deadline."
+        },
+        "onDeadline": {
+            "description": "What the deadline decides (recorded `via: timeout`): `reject` ends the run, "
+            "`approve` goes on, `cancel` cancels it."
+        },
+    },
+    "CheckpointIn": {
+        "stage": {"description": "Short label of the stage being verified.", "pattern": _NON_BLANK},
+        "description": {"description": "What happens at this stage."},
+        "verificationQuestion": {
+            "description": "The question the reviewer answers to approve or reject.",
+            "pattern": _NON_BLANK,
+        },
+    },
+    "ExecutionPatchIn": {
+        "assignedReviewer": {
+            "description": "The new reviewer's e-mail address; null to clear (only when no checkpoint needs one).",
+            "anyOf": [{"type": "string", "format": "email"}, {"type": "null"}],
+        },
+        "webhookUrl": {
+            "description": "The new http(s) webhook URL; null to clear.",
+            "anyOf": [{"type": "string", "maxLength": 2048, "pattern": "^https?://[^/?#]"}, {"type": "null"}],
+        },
+    },
+    "DecisionIn": {
+        "decision": {
+            "description": "`approve` resumes the agent; `reject` sends the comment back to the agent, which "
+            "revises and asks again, until the task's `maxRevisions` is used up and the execution ends `rejected`."
+        },
+        "comment": {"description": "A note for the record and the chat."},
+    },
+}
+# JSON Schema 2020-12 for the create's one cross-field rule (api/schemas.py, reviewer_required).
+_REVIEWER_RULE = {
+    "if": {
+        "properties": {"testMode": {"const": "with-verification"}},  # absent means with-verification too
+        "anyOf": [
+            {"required": ["checkpoints"], "properties": {"checkpoints": {"minItems": 1}}},
+            {"required": ["autoDetectCheckpoints"], "properties": {"autoDetectCheckpoints": {"const": True}}},
+        ],
+    },
+    "then": {
+        "required": ["assignedReviewer"],
+        "properties": {"assignedReviewer": {"type": "string", "pattern": _NON_BLANK}},  # "" counts as none
+    },
+}
+
+
+def component_schemas() -> dict[str, Any]:
+    pairs: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "validation") for m in REQUEST_MODELS]
+    pairs += [(m, "serialization") for m in RESPONSE_MODELS]
+    _, top = models_json_schema(pairs, ref_template=_REF)
+    schemas: dict[str, Any] = top["$defs"]
+    for name, schema in schemas.items():
+        schema.pop("title", None)
+        for prop_name, prop in schema.get("properties", {}).items():
+            prop.pop("title", None)
+            if name not in _REQUEST_FIELDS:
+                prop.pop("default", None)  # answers always carry their fields; a default would suggest otherwise
+                continue
+            # An `anyOf` here replaces the model's own (`string | null`) with the format the validator enforces.
+            prop.update(_REQUEST_FIELDS[name].get(prop_name, {}))
+    schemas["CreateTaskIn"].update(_REVIEWER_RULE)
+    schemas["ExecutionPatchIn"]["minProperties"] = 1  # an empty PATCH is a 422 ("nothing to change")
+    schemas["ExecutionStatus"] = {
+        "type": "string",
+        "description": "Where an execution stands; `completed`, `failed`, `rejected` and `cancelled` are final.",
+        "enum": list(get_args(ExecutionStatus)),
+    }
+    return schemas

@@ -1,0 +1,60 @@
+"""The account pages of the web interface: server-rendered, working without JavaScript.
+
+One blueprint per resource, nested under `pages`, which gives them all the same security headers,
+error pages and template context.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from markupsafe import Markup, escape
+from quart import Blueprint, Response, g, render_template
+from werkzeug.exceptions import HTTPException
+
+from api.pages import home_pages, key_pages, session_pages
+from api.websession import CsrfError
+from core.pageheaders import PAGE_CSP, add_page_headers
+
+blueprint = Blueprint("pages", __name__)
+blueprint.register_blueprint(home_pages.blueprint)
+blueprint.register_blueprint(session_pages.blueprint)
+blueprint.register_blueprint(key_pages.blueprint)
+
+CSP = PAGE_CSP
+
+
+@blueprint.after_request
+async def security_headers(response: Response) -> Response:
+    # Account pages are personal, and one shows a secret: no cache (or back button after sign-out) keeps them.
+    return add_page_headers(response)
+
+
+@blueprint.context_processor
+def page_context() -> dict[str, Any]:
+    return {"viewer": g.get("viewer")}
+
+
+@blueprint.app_template_filter("vouch_time")
+def format_time(value: datetime | None) -> Markup:
+    """A UTC moment as people read it, machine-readable inside <time>."""
+    if value is None:
+        return Markup("—")
+    value = value.astimezone(UTC)
+    shown = value.strftime("%Y-%m-%d %H:%M UTC")
+    return Markup('<time datetime="{}">{}</time>').format(value.isoformat(timespec="seconds"), escape(shown))
+
+
+@blueprint.errorhandler(CsrfError)
+async def csrf_failed(error: CsrfError) -> tuple[str, int]:
+    page = await render_template("api/error.html", title="Form expired", message=error.message)
+    return page, error.status
+
+
+@blueprint.errorhandler(HTTPException)
+async def http_error(error: HTTPException) -> tuple[str, int]:
+    code = error.code or 500
+    message = "There is nothing here." if code == 404 else (error.description or error.name)
+    page = await render_template("api/error.html", title=error.name, message=message)
+    return page, code

@@ -1,0 +1,144 @@
+"""Request bodies of the REST API, validated with clear, field-naming errors."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from api.problems import ApiError
+from core.accounts import AccountError, normalise_email
+
+M = TypeVar("M", bound=BaseModel)
+NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class _Strict(BaseModel):
+    # A misspelt field ("testmode") must be an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable_text(cls, value: Any) -> Any:
+        # PostgreSQL text and jsonb cannot hold U+0000: refuse it here (422) rather than fail in the INSERT (500).
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("must not contain the NUL character (U+0000)")
+        return value
+
+
+class CheckpointIn(_Strict):
+    stage: Annotated[NonEmpty, StringConstraints(max_length=200)]
+    description: Annotated[str, StringConstraints(strip_whitespace=True, max_length=5000)] = ""
+    verificationQuestion: Annotated[NonEmpty, StringConstraints(max_length=2000)]
+
+
+def _reviewer_address(value: str | None) -> str | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        return normalise_email(value)
+    except AccountError:
+        raise ValueError("must be a valid e-mail address") from None
+
+
+def _webhook_url(value: str | None) -> str | None:
+    if not value:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+# One definition of each field rule, shared by create and PATCH so the two never drift apart.
+ReviewerAddress = Annotated[str | None, AfterValidator(_reviewer_address)]
+WebhookUrl = Annotated[
+    Annotated[str, StringConstraints(strip_whitespace=True, max_length=2048)] | None, AfterValidator(_webhook_url)
+]
+REVIEWER_REQUIRED = "assignedReviewer is required when testMode is with-verification and there are checkpoints"
+
+
+def reviewer_required(test_mode: str, has_checkpoints: bool) -> bool:
+    """Whether a human must be named: someone has to answer the checkpoints."""
+    return test_mode == "with-verification" and has_checkpoints
+
+
+class CreateTaskIn(_Strict):
+    taskName: Annotated[NonEmpty, StringConstraints(max_length=200)]
+    taskDescription: Annotated[NonEmpty, StringConstraints(max_length=20000)]
+    checkpoints: list[CheckpointIn] = Field(default_factory=list, max_length=50)
+    autoDetectCheckpoints: StrictBool = False
+    testMode: Literal["with-verification", "without-verification"] = "with-verification"
+    assignedReviewer: ReviewerAddress = None
+    webhookUrl: WebhookUrl = None
+    # Issue 5: rejections of one checkpoint the agent revises after; the next one ends the run `rejected`.
+    maxRevisions: Annotated[StrictInt, Field(ge=0, le=10)] = 3
+    backupReviewer: ReviewerAddress = None
+    # Seconds from the moment a checkpoint starts waiting (per attempt); a plain number keeps clients simple.
+    reviewDeadline: Annotated[StrictInt, Field(ge=1, le=30 * 24 * 3600)] | None = None
+    onDeadline: Literal["reject", "approve", "cancel"] = "reject"
+
+    @model_validator(mode="after")
+    def _reviewer_needed(self) -> CreateTaskIn:
+        has_checkpoints = bool(self.checkpoints) or self.autoDetectCheckpoints
+        if reviewer_required(self.testMode, has_checkpoints) and self.assignedReviewer is None:
+            raise ValueError(REVIEWER_REQUIRED)
+        return self
+
+
+class ExecutionPatchIn(_Strict):
+    """PATCH of an unfinished execution: the fields that may change while it runs."""
+
+    assignedReviewer: ReviewerAddress = None
+    webhookUrl: WebhookUrl = None
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> ExecutionPatchIn:
+        if not self.model_fields_set:
+            raise ValueError("nothing to change: send assignedReviewer, webhookUrl or both")
+        return self
+
+
+class DecisionIn(_Strict):
+    decision: Literal["approve", "reject"]
+    comment: Annotated[str, StringConstraints(strip_whitespace=True, max_length=5000)] = ""
+
+
+def _pointer(loc: tuple[int | str, ...]) -> str:
+    return "/" + "/".join(str(part) for part in loc) if loc else ""
+
+
+def parse_body(model: type[M], payload: Any) -> M:
+    """Validate a JSON body into `model`, or raise a 422 naming every bad field."""
+    if not isinstance(payload, dict):
+        raise ApiError(400, "invalid_body", "the request body must be a JSON object")
+    try:
+        return model.model_validate(payload)
+    except ValidationError as exc:
+        errors = []
+        for error in exc.errors(include_url=False):
+            pointer = _pointer(error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            if error["type"] == "extra_forbidden":
+                message = "unknown field"
+            elif error["type"] == "missing":
+                message = "is required"
+            if not pointer and message == REVIEWER_REQUIRED:
+                pointer = "/assignedReviewer"
+            errors.append({"pointer": pointer, "detail": message})
+        first = errors[0]
+        field = first["pointer"].lstrip("/").replace("/", ".") or "body"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ApiError(422, "validation_failed", f"{field}: {first['detail']}{more}", errors=errors) from None

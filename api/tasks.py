@@ -1,0 +1,143 @@
+"""Create an evaluation task and report its status (spec §4.1, §4.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.auth import Caller, current_caller, require_scope
+from api.concurrency import ensure_execution_slot
+from api.idempotency import idempotent
+from api.problems import ApiError, not_found
+from api.schemas import CreateTaskIn, parse_body
+from api.services import db_session, services
+from api.status import status_record
+from core.bus import WAKE_CHANNEL
+from core.db import publish_after_commit
+from core.events import append_event
+from core.ids import new_id
+from core.links import chat_url
+from core.models import Checkpoint, Execution, utcnow
+
+blueprint = Blueprint("tasks", __name__, url_prefix="/api/eval")
+
+
+def base_url() -> str:
+    configured = services().settings.base_url
+    return configured or request.host_url.rstrip("/")
+
+
+def execution_chat_url(execution_id: str) -> str:
+    return chat_url(base_url(), services().settings.secret_key, execution_id)
+
+
+async def json_body() -> Any:
+    if request.mimetype != "application/json":
+        raise ApiError(415, "unsupported_media_type", "send the body as Content-Type: application/json")
+    try:
+        body = await request.get_json(silent=True)
+    except (UnicodeDecodeError, RecursionError):  # `silent` covers JSON syntax only: not bad UTF-8 or deep nesting
+        body = None
+    if body is None:
+        raise ApiError(400, "invalid_json", "the request body is not valid JSON")
+    return body
+
+
+async def create_execution(
+    session: AsyncSession, caller: Caller, task: CreateTaskIn, agent_model: str, *, concurrency_limit: int | None = None
+) -> Execution:
+    """Insert a queued execution; with `concurrency_limit`, refuse (429) when the key has that many in progress."""
+    if concurrency_limit is not None:
+        # In the transaction that inserts, so that parallel creates of one key cannot all pass (api/concurrency.py).
+        await ensure_execution_slot(session, caller.key_id, concurrency_limit)
+    now = utcnow()
+    execution = Execution(
+        id=new_id("exe"),
+        user_id=caller.user_id,
+        api_key_id=caller.key_id,
+        task_name=task.taskName,
+        task_description=task.taskDescription,
+        test_mode=task.testMode,
+        assigned_reviewer=task.assignedReviewer,
+        webhook_url=task.webhookUrl,
+        max_revisions=task.maxRevisions,
+        backup_reviewer=task.backupReviewer,
+        review_deadline_seconds=task.reviewDeadline,
+        on_deadline=task.onDeadline,
+        auto_detect_checkpoints=task.autoDetectCheckpoints,
+        agent_model=agent_model,
+        status="queued",
+        created_at=now,
+        last_seq=0,
+        lease_epoch=0,
+    )
+    session.add(execution)
+    # Without ORM relationships the unit of work does not order parents first.
+    await session.flush()
+    for position, cp in enumerate(task.checkpoints):
+        session.add(
+            Checkpoint(
+                id=new_id("chk"),
+                execution_id=execution.id,
+                position=position,
+                stage=cp.stage,
+                description=cp.description,
+                verification_question=cp.verificationQuestion,
+                origin="caller",
+                status="pending",
+            )
+        )
+    await session.flush()
+    await append_event(
+        session,
+        execution.id,
+        "execution.created",
+        {
+            "taskName": task.taskName,
+            "taskDescription": task.taskDescription,
+            "testMode": task.testMode,
+            "assignedReviewer": task.assignedReviewer,
+            "checkpointCount": len(task.checkpoints),
+        },
+    )
+    publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution.id})
+    return execution
+
+
+@blueprint.post("/create-task-agent")
+@require_scope("eval:create")
+@idempotent
+async def create_task() -> tuple[dict[str, Any], int, dict[str, str]]:
+    task = parse_body(CreateTaskIn, await json_body())
+    settings = services().settings
+    execution = await create_execution(
+        db_session(), current_caller(), task, settings.agent_model, concurrency_limit=settings.concurrency_limit
+    )
+    return (
+        {
+            "success": True,
+            "executionId": execution.id,
+            "chatUrl": execution_chat_url(execution.id),
+            "checkpointCount": len(task.checkpoints),
+        },
+        201,
+        {"Location": f"{base_url()}/api/eval/status/{execution.id}"},
+    )
+
+
+async def owned_execution(session: AsyncSession, execution_id: str, caller: Caller) -> Execution:
+    """The caller's execution; another user's id is indistinguishable from an unknown one."""
+    execution = await session.get(Execution, execution_id)
+    if execution is None or execution.user_id != caller.user_id:
+        raise not_found("execution")
+    return execution
+
+
+@blueprint.get("/status/<execution_id>")
+@require_scope("eval:read")
+async def status(execution_id: str) -> dict[str, Any]:
+    session = db_session()
+    execution = await owned_execution(session, execution_id, current_caller())
+    return await status_record(session, execution, execution_chat_url(execution.id))

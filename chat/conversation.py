@@ -1,0 +1,191 @@
+"""An execution's events as the conversation the chat page shows.
+
+The server renders the whole history from the event rows (so the page works without JavaScript and on
+reload); static/js/chat-view.js builds the same items from the same wire messages as they arrive live. The two
+follow the folding rules below; keep them in step.
+
+- a tool call and its result are one collapsible item (keyed by toolCallId);
+- a checkpoint awaiting review is a card; its decision updates the card and adds the reviewer's reply;
+- the run's end (completed, failed, rejected, cancelled) is an outcome item with the result and metrics.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.status import metrics
+from core.events import event_message
+from core.models import Checkpoint, Decision, Event, Execution
+
+FINAL = ("completed", "failed", "rejected", "cancelled")
+STATUS_TEXT = {
+    "queued": "Queued: waiting for a worker",
+    "running": "Running",
+    "awaiting_review": "Waiting for review",
+    "completed": "Completed",
+    "failed": "Failed",
+    "rejected": "Rejected",
+    "cancelled": "Cancelled",
+}
+OUTCOMES = {
+    "execution.completed": "completed",
+    "execution.failed": "failed",
+    "execution.rejected": "rejected",
+    "execution.cancelled": "cancelled",
+}
+
+
+@dataclass
+class Item:
+    kind: str  # system | message | tool | card | reply | outcome
+    seq: int
+    at: str | None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def pretty(value: Any) -> str:
+    """Arguments and results as readable JSON (escaped by the template like any other text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+def _system_text(type_: str, payload: dict[str, Any]) -> str | None:
+    match type_:
+        case "execution.created":
+            return "Task created"
+        case "execution.started":
+            return "The agent started"
+        case "execution.resumed":
+            return "The agent resumed"
+        case "execution.updated":
+            what, to = payload.get("field", "A setting"), payload.get("to") or "nothing"
+            return f"{what} changed to {to} by {payload.get('by', 'the owner')}"
+        case "checkpoint.decided" if payload.get("via") == "auto":
+            return "A checkpoint passed without review (test mode: without verification)"
+        # Issue 5's review ladder; static/js/chat-view.js says the same words.
+        case "checkpoint.revision_requested":
+            return (
+                f"Attempt {payload.get('attempt')} rejected: the agent revises and asks again "
+                f"(attempt {payload.get('nextAttempt')})"
+            )
+        case "review.reminder_sent":
+            return f"Reminder sent to {payload.get('to')}"
+        case "review.escalated":
+            return f"Escalated to the backup reviewer {payload.get('to')}"
+        case "review.deadline_passed":
+            return f"The review deadline passed: {payload.get('policy')} applies"
+    return None
+
+
+OUTCOME_TITLES = {
+    "completed": "Task completed",
+    "failed": "Task failed",
+    "rejected": "Stopped: a checkpoint was rejected",
+    "cancelled": "Task cancelled",
+}
+
+
+def outcome(status: str, payload: dict[str, Any]) -> dict[str, Any]:
+    result = payload.get("result") or {}
+    if status == "completed":
+        skipped = result.get("unrecognised") or []
+        detail = ("Skipped, not understood: " + "; ".join(map(str, skipped))) if skipped else ""
+    elif status == "failed":
+        detail = str(payload.get("error") or "")
+    elif status == "rejected":
+        detail = f"Rejected by {payload.get('by', 'the reviewer')}; the agent did nothing after that checkpoint."
+    else:
+        detail = f"Cancelled by {payload['by']}" if payload.get("by") else ""
+    steps = [str(step) for step in result.get("steps") or []]
+    return {"status": status, "title": OUTCOME_TITLES[status], "detail": detail, "steps": steps}
+
+
+def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
+    """Fold wire messages (core.events.event_message), in seq order, into conversation items."""
+    items: list[Item] = []
+    tools: dict[str, Item] = {}
+    cards: dict[str, Item] = {}
+    for message in messages:
+        type_, payload, seq, at = message["type"], message["payload"], message["seq"], message["at"]
+        if type_ == "agent.message":
+            items.append(Item("message", seq, at, {"text": str(payload.get("text", ""))}))
+        elif type_ == "tool.call":
+            item = Item("tool", seq, at, {**payload, "argsText": pretty(payload.get("args", {})), "done": False})
+            tools[str(payload.get("toolCallId"))] = item
+            items.append(item)
+        elif type_ == "tool.result":
+            found = tools.get(str(payload.get("toolCallId")))
+            if found is not None:
+                found.data.update(
+                    done=True, resultText=pretty(payload.get("result")), durationMs=payload.get("durationMs")
+                )
+        elif type_ == "checkpoint.awaiting_review":
+            next_action = payload.get("nextAction") or {}
+            card = Item(
+                "card",
+                seq,
+                at,
+                {**payload, "nextArgsText": pretty(next_action.get("args", {})), "decision": None},
+            )
+            cards[str(payload.get("checkpointId"))] = card
+            items.append(card)
+        elif type_ == "checkpoint.decided" and payload.get("via") != "auto":
+            decided = cards.get(str(payload.get("checkpointId")))
+            if decided is not None:
+                decided.data["decision"] = payload
+            stage = decided.data.get("stage") if decided is not None else None
+            items.append(Item("reply", seq, at, {**payload, "stage": stage}))
+        elif type_ in OUTCOMES:
+            items.append(Item("outcome", seq, at, outcome(OUTCOMES[type_], payload)))
+        else:
+            text = _system_text(type_, payload)
+            if text is not None:
+                items.append(Item("system", seq, at, {"text": text}))
+    return items
+
+
+async def run_metrics(session: AsyncSession, execution: Execution) -> dict[str, Any]:
+    """The same metrics as the status API's, from the same function."""
+    pairs = (
+        await session.execute(
+            sa.select(Checkpoint, Decision)
+            .outerjoin(Decision, Decision.checkpoint_id == Checkpoint.id)
+            .where(Checkpoint.execution_id == execution.id)
+        )
+    ).all()
+    checkpoints: Sequence[tuple[Checkpoint, Decision | None]] = [(cp, decision) for cp, decision in pairs]
+    return await metrics(session, execution, checkpoints)
+
+
+def status_of(execution: Execution) -> dict[str, Any]:
+    """The status line's facts, as the page renders them and a join returns them."""
+    text = STATUS_TEXT.get(execution.status, execution.status)
+    if execution.status == "awaiting_review" and execution.assigned_reviewer:
+        text = f"Waiting for review by {execution.assigned_reviewer}"
+    return {
+        "status": execution.status,
+        "text": text,
+        "final": execution.status in FINAL,
+        "assignedReviewer": execution.assigned_reviewer,
+        # The last event this state reflects: a client holding later events keeps what they say.
+        "lastSeq": execution.last_seq,
+    }
+
+
+def clock(moment: datetime | str | None) -> str:
+    """A UTC time of day for the server-rendered page (the script shows local time instead)."""
+    if moment is None:
+        return ""
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    return moment.strftime("%H:%M:%S UTC")
+
+
+def messages_of(rows: Sequence[Event]) -> list[dict[str, Any]]:
+    return [event_message(row) for row in rows]

@@ -1,0 +1,114 @@
+"""The chat page at the chatUrl: the whole conversation rendered on the server, then kept live by chat.js."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from quart import Blueprint, Response, abort, render_template, request, send_from_directory
+
+from api.services import db_session, services
+from api.websession import current_viewer, signin_url
+from chat.access import Person, access_to, view_token_ok
+from chat.conversation import clock, fold, messages_of, run_metrics, status_of
+from core.events import events_after, isoformat
+from core.pageheaders import add_page_headers
+
+blueprint = Blueprint("chat", __name__)
+
+# The socket.io browser client comes from npm at set-up (package.json pins it) and is served from
+# node_modules as it is: nothing vendored into the repository, nothing to copy.
+VENDOR_DIR = Path(__file__).resolve().parent.parent / "node_modules" / "socket.io-client" / "dist"
+VENDOR_FILES = frozenset({"socket.io.min.js", "socket.io.min.js.map"})
+
+# No inline script or style; sockets and fetches to our own origin only ('self' covers ws: and wss: there).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+
+@blueprint.after_request
+async def security_headers(response: Response) -> Response:
+    # The address carries the view token: it must not leak to any other site through Referer.
+    return add_page_headers(
+        response, csp=CSP, referrer_policy="no-referrer", no_store=request.endpoint != "chat.vendor"
+    )
+
+
+@blueprint.app_template_filter("chat_duration")
+def duration(ms: Any) -> str:
+    """Milliseconds as people read them: 840 ms, 3.2 s, 4 min 05 s, 2 h 03 min."""
+    if ms is None:
+        return "—"
+    # Rounded half up, as static/js/chat-view.js rounds: the live page and a reload must read the same.
+    value = float(ms)
+    if value < 1000:
+        return f"{math.floor(value + 0.5)} ms"
+    seconds = value / 1000
+    if seconds < 60:
+        return f"{math.floor(seconds * 10 + 0.5) / 10:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+@blueprint.app_template_filter("chat_clock")
+def clock_filter(value: Any) -> str:
+    return clock(value)
+
+
+@blueprint.get("/chat/<execution_id>")
+async def chat_page(execution_id: str) -> tuple[str, int] | str:
+    token = request.args.get("token")
+    viewer = await current_viewer()
+    person = Person(viewer.user_id, viewer.email) if viewer is not None else None
+    session = db_session()
+    access = await access_to(
+        session,
+        execution_id,
+        secret_key=services().settings.secret_key,
+        person=person,
+        view_token=token,
+        reviewer_token=request.args.get("rt"),
+    )
+    if access is None:
+        page = await render_template(
+            "chat/denied.html",
+            viewer=viewer,
+            signin=signin_url(f"/chat/{execution_id}") if viewer is None and len(execution_id) <= 64 else None,
+        )
+        return page, 404
+    execution = access.execution
+    messages = messages_of(await events_after(session, execution.id))
+    state = status_of(execution)
+    if state["final"]:
+        state["metrics"] = await run_metrics(session, execution)
+    return await render_template(
+        "chat/execution.html",
+        viewer=viewer,
+        execution=execution,
+        created_at=isoformat(execution.created_at),
+        items=fold(messages),
+        last_seq=messages[-1]["seq"] if messages else 0,
+        state=state,
+        can_decide=access.can_decide,
+        csrf=viewer.csrf_token if viewer is not None and access.via_session else "",
+        # Handed to the script only when it is the valid one (the socket re-checks it anyway).
+        token=token if token and view_token_ok(services().settings.secret_key, execution.id, token) else "",
+        # The review mail's reviewer token (`rt`): handed on only when it made this watcher the decider.
+        reviewer_token=request.args.get("rt") if access.can_decide and not access.via_session else "",
+    )
+
+
+@blueprint.get("/vendor/<name>")
+async def vendor(name: str) -> Response:
+    if name not in VENDOR_FILES:
+        abort(404)
+    response = await send_from_directory(VENDOR_DIR, name)
+    response.cache_control.public = True
+    response.cache_control.max_age = 3600
+    return response

@@ -1,0 +1,129 @@
+"""Engine, sessions and the one commit point that publishes after commit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from core.bus import Bus
+
+log = logging.getLogger(__name__)
+
+_PENDING = "vouch_publish_after_commit"
+_EVENTS = "vouch_events_after_commit"
+
+# Receives each committed event's wire message (core.events.event_message). Registered at start-up by
+# the process's composition root (the web app emits into Socket.IO rooms, a worker into Redis), so core
+# needs to know nothing of who listens.
+EventSink = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # Let SQLAlchemy's "begin" hook below issue BEGIN itself, instead of pysqlite guessing.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    for pragma in (
+        "journal_mode=WAL",
+        "synchronous=NORMAL",
+        "busy_timeout=30000",
+        "foreign_keys=ON",
+    ):
+        cursor.execute(f"PRAGMA {pragma}")
+    cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # A writer must hold the lock from its first statement: a deferred BEGIN that later
+    # upgrades to a write either loses updates or fails with "database is locked".
+    immediate = conn.get_execution_options().get("vouch_write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        return engine
+    return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True, **kwargs)
+
+
+def publish_after_commit(session: AsyncSession, channel: str, message: dict[str, Any]) -> None:
+    """Queue a bus message that goes out only if, and after, the session commits."""
+    session.info.setdefault(_PENDING, []).append((channel, message))
+
+
+def event_after_commit(session: AsyncSession, message: dict[str, Any]) -> None:
+    """Queue an event's wire message for the event sinks, sent only if, and after, the session commits."""
+    session.info.setdefault(_EVENTS, []).append(message)
+
+
+class Database:
+    def __init__(self, url: str, bus: Bus) -> None:
+        self.url = url
+        self.bus = bus
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._read = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._write = async_sessionmaker(self.engine.execution_options(vouch_write=True), expire_on_commit=False)
+        self._event_sinks: list[EventSink] = []
+
+    def add_event_sink(self, sink: EventSink) -> None:
+        self._event_sinks.append(sink)
+
+    def remove_event_sink(self, sink: EventSink) -> None:
+        if sink in self._event_sinks:
+            self._event_sinks.remove(sink)
+
+    def session(self, *, write: bool) -> AsyncSession:
+        """A session; the caller owns its one commit point (`commit`)."""
+        return (self._write if write else self._read)()
+
+    async def commit(self, session: AsyncSession) -> None:
+        pending: list[tuple[str, dict[str, Any]]] = session.info.pop(_PENDING, [])
+        events: list[dict[str, Any]] = session.info.pop(_EVENTS, [])
+        await session.commit()
+        # Events before bus messages: a decision's event then leaves before the wake-up that lets a
+        # worker append the next one, so watchers usually see them in order (they reorder by seq anyway).
+        for message in events:
+            for sink in tuple(self._event_sinks):
+                try:
+                    await sink(message)
+                except Exception:
+                    log.warning("event sink failed for %s seq %s", message.get("executionId"), message.get("seq"),
+                                exc_info=True)
+        for channel, message in pending:
+            # The rows are committed: a lost message costs latency (the poll catches up), and
+            # must not make the caller believe its transaction failed.
+            try:
+                await self.bus.publish(channel, message)
+            except Exception:
+                log.warning("publishing to %s after commit failed", channel, exc_info=True)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncSession]:
+        """A write session committed on success, rolled back on error."""
+        async with self.session(write=True) as session:
+            try:
+                yield session
+            except BaseException:
+                session.info.pop(_PENDING, None)
+                session.info.pop(_EVENTS, None)
+                await session.rollback()
+                raise
+            await self.commit(session)
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[AsyncSession]:
+        async with self.session(write=False) as session:
+            yield session
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,187 @@
+"""Mail transport: an outbox table, delivered over SMTP or kept in the dev mailbox.
+
+Sending is recorded in the caller's transaction (`enqueue_mail`), keyed by an intent key,
+so a resumed agent or a retried request never sends the same message twice. With no SMTP
+server configured the row stays in the dev mailbox, readable in the web interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from email.message import EmailMessage
+from email.utils import formatdate, parseaddr
+from urllib.parse import unquote, urlsplit
+
+import aiosmtplib
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.db import Database, publish_after_commit
+from core.ids import new_id
+from core.models import MailMessage, utcnow
+
+log = logging.getLogger(__name__)
+
+MAIL_CHANNEL = "vouch:mail"
+MAX_ATTEMPTS = 8
+_SEND_LEASE = timedelta(minutes=2)
+# The reply token a review mail carries in its subject (review/notify.py).
+REPLY_TAG = re.compile(r"\[vouch:([0-9a-f]{8,64})\]")
+
+
+@dataclass(frozen=True)
+class SmtpTarget:
+    host: str
+    port: int
+    use_tls: bool
+    username: str | None
+    password: str | None
+
+    @classmethod
+    def from_url(cls, url: str) -> SmtpTarget:
+        parts = urlsplit(url)
+        if parts.scheme not in ("smtp", "smtps") or not parts.hostname:
+            raise ValueError("VOUCH_SMTP_URL must look like smtp://[user:pass@]host:port or smtps://…")
+        return cls(
+            host=parts.hostname,
+            port=parts.port or (465 if parts.scheme == "smtps" else 25),
+            use_tls=parts.scheme == "smtps",
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+        )
+
+
+async def enqueue_mail(
+    session: AsyncSession,
+    *,
+    message_key: str,
+    sender: str,
+    recipient: str,
+    subject: str,
+    text_body: str,
+    html_body: str | None = None,
+    execution_id: str | None = None,
+    smtp_configured: bool,
+) -> MailMessage:
+    """Record a message to send; the same `message_key` always yields the one same message."""
+    existing = await session.scalar(sa.select(MailMessage).where(MailMessage.message_key == message_key))
+    if existing is not None:
+        return existing
+    message = MailMessage(
+        id=new_id("msg"),
+        message_key=message_key,
+        execution_id=execution_id,
+        sender=sender,
+        recipient=recipient,
+        subject=subject,
+        text_body=text_body,
+        html_body=html_body,
+        status="queued" if smtp_configured else "dev_mailbox",
+        next_attempt_at=utcnow() if smtp_configured else None,
+        attempts=0,
+        created_at=utcnow(),
+    )
+    session.add(message)
+    if smtp_configured:
+        publish_after_commit(session, MAIL_CHANNEL, {"id": message.id})
+    return message
+
+
+def to_email(message: MailMessage) -> EmailMessage:
+    email = EmailMessage()
+    email["From"] = message.sender
+    email["To"] = message.recipient
+    email["Subject"] = message.subject
+    email["Date"] = formatdate(localtime=False)
+    # Stable per message row: a re-send after a crash is recognisably the same message.
+    # (make_msgid adds time and randomness, so it cannot serve here.)
+    email["Message-ID"] = f"<{message.id}@vouch.local>"
+    reply_token = REPLY_TAG.search(message.subject)
+    if reply_token:
+        # A review mail: replies go to review+<token>@<our domain>, which the inbound listener reads.
+        domain = parseaddr(message.sender)[1].rpartition("@")[2] or "localhost"
+        email["Reply-To"] = f"review+{reply_token.group(1)}@{domain}"
+    email.set_content(message.text_body)
+    if message.html_body:
+        email.add_alternative(message.html_body, subtype="html")
+    return email
+
+
+async def _claim_due(db: Database) -> MailMessage | None:
+    now = utcnow()
+    async with db.transaction() as session:
+        due = (
+            sa.select(MailMessage.id)
+            .where(MailMessage.status == "queued", MailMessage.next_attempt_at <= now)
+            .order_by(MailMessage.next_attempt_at)
+            .limit(1)
+        )
+        if db.dialect == "postgresql":
+            due = due.with_for_update(skip_locked=True)
+        return await session.scalar(
+            sa.update(MailMessage)
+            .where(MailMessage.id == due.scalar_subquery())
+            .values(attempts=MailMessage.attempts + 1, next_attempt_at=now + _SEND_LEASE)
+            .returning(MailMessage),
+            execution_options={"synchronize_session": False},
+        )
+
+
+async def deliver_due_mail(db: Database, target: SmtpTarget) -> int:
+    """Send every message that is due; returns how many were sent."""
+    sent = 0
+    while (message := await _claim_due(db)) is not None:
+        try:
+            await aiosmtplib.send(
+                to_email(message),
+                hostname=target.host,
+                port=target.port,
+                use_tls=target.use_tls,
+                username=target.username,
+                password=target.password,
+                timeout=30,
+            )
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            await _record_failure(db, message, exc)
+            continue
+        async with db.transaction() as session:
+            await session.execute(
+                sa.update(MailMessage)
+                .where(MailMessage.id == message.id)
+                .values(status="sent", sent_at=utcnow(), last_error=None, next_attempt_at=None)
+            )
+        sent += 1
+    return sent
+
+
+async def _record_failure(db: Database, message: MailMessage, exc: Exception) -> None:
+    give_up = message.attempts >= MAX_ATTEMPTS
+    delay = min(3600.0, 5 * 3 ** (message.attempts - 1)) * random.uniform(0.8, 1.2)
+    log.warning("mail %s to %s failed (attempt %d): %s", message.id, message.recipient, message.attempts, exc)
+    async with db.transaction() as session:
+        await session.execute(
+            sa.update(MailMessage)
+            .where(MailMessage.id == message.id)
+            .values(
+                status="failed" if give_up else "queued",
+                last_error=str(exc)[:1000],
+                next_attempt_at=None if give_up else utcnow() + timedelta(seconds=delay),
+            )
+        )
+
+
+async def run_mail_dispatcher(db: Database, smtp_url: str, stop: asyncio.Event, poll_seconds: float) -> None:
+    """Deliver queued mail until `stop` is set: woken by the bus, with a slow poll as safety net."""
+    target = SmtpTarget.from_url(smtp_url)
+    async with db.bus.subscribe(MAIL_CHANNEL) as wake:
+        while not stop.is_set():
+            try:
+                await deliver_due_mail(db, target)
+            except Exception:
+                log.exception("mail dispatch round failed")
+            await wake.get(timeout=poll_seconds)

@@ -1,0 +1,297 @@
+"""The tables. An execution, each of its steps, pauses and decisions are rows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Aware UTC datetimes on every backend (SQLite keeps no zone of its own)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime stored; use aware UTC datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: sa.JSON(),
+        list[Any]: sa.JSON(),
+    }
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    email: Mapped[str] = mapped_column(sa.String(320), unique=True)
+    password_hash: Mapped[str | None] = mapped_column(sa.String(200))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(sa.String(100))
+    description: Mapped[str] = mapped_column(sa.String(500), default="")
+    scopes: Mapped[list[Any]] = mapped_column()
+    digest: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    hint: Mapped[str] = mapped_column(sa.String(20))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column()
+    revoked_at: Mapped[datetime | None] = mapped_column()
+    last_used_at: Mapped[datetime | None] = mapped_column()
+    last_used_ip: Mapped[str | None] = mapped_column(sa.String(64))
+    use_count: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+
+
+class Execution(Base):
+    __tablename__ = "executions"
+    __table_args__ = (
+        sa.Index("ix_executions_claim", "status", "lease_until"),
+        # The list endpoint pages newest first by (created_at, id) within one user.
+        sa.Index("ix_executions_user_created", "user_id", "created_at", "id"),
+    )
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    api_key_id: Mapped[str | None] = mapped_column(sa.ForeignKey("api_keys.id", ondelete="SET NULL"), index=True)
+    task_name: Mapped[str] = mapped_column(sa.String(200))
+    task_description: Mapped[str] = mapped_column(sa.Text)
+    test_mode: Mapped[str] = mapped_column(sa.String(32))
+    assigned_reviewer: Mapped[str | None] = mapped_column(sa.String(320), index=True)
+    webhook_url: Mapped[str | None] = mapped_column(sa.String(2048))
+    auto_detect_checkpoints: Mapped[bool] = mapped_column(default=False)
+    agent_model: Mapped[str] = mapped_column(sa.String(200))
+    status: Mapped[str] = mapped_column(sa.String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column()
+    completed_at: Mapped[datetime | None] = mapped_column()
+    result: Mapped[dict[str, Any] | None] = mapped_column()
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    # Highest event seq handed out; incremented in the same transaction as the event row.
+    last_seq: Mapped[int] = mapped_column(default=0)
+    worker_id: Mapped[str | None] = mapped_column(sa.String(100))
+    lease_until: Mapped[datetime | None] = mapped_column()
+    # Bumped on every claim: a worker whose epoch is stale may not write (fencing).
+    lease_epoch: Mapped[int] = mapped_column(default=0)
+    # The agent's persisted progress (plan, cursor, history): enough to resume anywhere.
+    agent_state: Mapped[dict[str, Any] | None] = mapped_column()
+    # Review policy (issue 5): rejections allowed per checkpoint before the run ends rejected,
+    # a backup reviewer for escalation, and what happens when nobody answers by the deadline.
+    max_revisions: Mapped[int] = mapped_column(default=3, server_default="3")
+    backup_reviewer: Mapped[str | None] = mapped_column(sa.String(320))
+    review_deadline_seconds: Mapped[int | None] = mapped_column()
+    on_deadline: Mapped[str] = mapped_column(sa.String(16), default="reject", server_default="reject")
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+    __table_args__ = (sa.UniqueConstraint("execution_id", "position"),)
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column()
+    stage: Mapped[str] = mapped_column(sa.String(200))
+    description: Mapped[str] = mapped_column(sa.Text, default="")
+    verification_question: Mapped[str] = mapped_column(sa.Text)
+    origin: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(32), default="pending")
+    awaiting_since: Mapped[datetime | None] = mapped_column()
+    # Numbered review attempts: a rejection sends the agent back to revise and ask again.
+    attempt: Mapped[int] = mapped_column(default=1, server_default="1")
+
+
+class Decision(Base):
+    __tablename__ = "decisions"
+    # Unique per attempt: the database itself lets only the first answer to an attempt in.
+    __table_args__ = (sa.UniqueConstraint("checkpoint_id", "attempt"),)
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(sa.ForeignKey("checkpoints.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(default=1, server_default="1")
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"), index=True)
+    decision: Mapped[str] = mapped_column(sa.String(16))
+    decided_by: Mapped[str] = mapped_column(sa.String(320))
+    via: Mapped[str] = mapped_column(sa.String(16))
+    comment: Mapped[str] = mapped_column(sa.Text, default="")
+    remote_addr: Mapped[str | None] = mapped_column(sa.String(64))
+    decided_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (sa.UniqueConstraint("execution_id", "seq"),)
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column()
+    type: Mapped[str] = mapped_column(sa.String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ToolCall(Base):
+    __tablename__ = "tool_calls"
+    __table_args__ = (sa.UniqueConstraint("execution_id", "step_index"),)
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"))
+    step_index: Mapped[int] = mapped_column()
+    tool: Mapped[str] = mapped_column(sa.String(64))
+    args: Mapped[dict[str, Any]] = mapped_column()
+    status: Mapped[str] = mapped_column(sa.String(16))
+    result: Mapped[dict[str, Any] | None] = mapped_column()
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class MailMessage(Base):
+    """Outgoing mail: an outbox row written in the transaction that decided to send it."""
+
+    __tablename__ = "mail_messages"
+    __table_args__ = (sa.Index("ix_mail_messages_status", "status", "next_attempt_at"),)
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    # Stable across retries and resumes: the same intent is one message.
+    message_key: Mapped[str] = mapped_column(sa.String(200), unique=True)
+    execution_id: Mapped[str | None] = mapped_column(sa.ForeignKey("executions.id", ondelete="SET NULL"), index=True)
+    sender: Mapped[str] = mapped_column(sa.String(320))
+    recipient: Mapped[str] = mapped_column(sa.String(320))
+    subject: Mapped[str] = mapped_column(sa.String(998))
+    text_body: Mapped[str] = mapped_column(sa.Text)
+    html_body: Mapped[str | None] = mapped_column(sa.Text)
+    # queued -> sent | failed over SMTP; dev_mailbox when no SMTP server is configured.
+    status: Mapped[str] = mapped_column(sa.String(16))
+    attempts: Mapped[int] = mapped_column(default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column()
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    sent_at: Mapped[datetime | None] = mapped_column()
+
+
+class WorkspaceFile(Base):
+    __tablename__ = "workspace_files"
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"), primary_key=True)
+    path: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
+    content: Mapped[str] = mapped_column(sa.Text)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebSession(Base):
+    """A signed-in browser. The cookie holds a random token; only its HMAC is stored here."""
+
+    __tablename__ = "web_sessions"
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    csrf_token: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    remote_addr: Mapped[str | None] = mapped_column(sa.String(64))
+    user_agent: Mapped[str | None] = mapped_column(sa.String(300))
+
+
+class SigninFailure(Base):
+    """One failed sign-in; recent ones per address and per e-mail throttle further tries."""
+
+    __tablename__ = "signin_failures"
+    __table_args__ = (
+        sa.Index("ix_signin_failures_email_at", "email", "at"),
+        sa.Index("ix_signin_failures_ip_at", "remote_addr", "at"),
+    )
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    email: Mapped[str] = mapped_column(sa.String(320))
+    remote_addr: Mapped[str | None] = mapped_column(sa.String(64))
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ApiKeyUsage(Base):
+    """Requests per key per UTC day, written in batches (at most once a minute per key and process)."""
+
+    __tablename__ = "api_key_usage"
+    api_key_id: Mapped[str] = mapped_column(sa.ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True)
+    day: Mapped[str] = mapped_column(sa.String(10), primary_key=True)
+    count: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+
+
+class IdempotencyRecord(Base):
+    """An `Idempotency-Key` seen on a create: in flight, then the answer to replay for 24 h."""
+
+    __tablename__ = "idempotency_records"
+    __table_args__ = (sa.UniqueConstraint("user_id", "key"),)
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    user_id: Mapped[str] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(sa.String(255))
+    request_hash: Mapped[str] = mapped_column(sa.String(64))
+    # in_flight -> done
+    state: Mapped[str] = mapped_column(sa.String(16))
+    response_status: Mapped[int | None] = mapped_column()
+    response_body: Mapped[dict[str, Any] | None] = mapped_column()
+    response_headers: Mapped[dict[str, Any] | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class ReviewLink(Base):
+    """A reviewer's single-use link or reply token for one attempt of a checkpoint; stored as an HMAC."""
+
+    __tablename__ = "review_links"
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    token_digest: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    checkpoint_id: Mapped[str] = mapped_column(sa.ForeignKey("checkpoints.id", ondelete="CASCADE"), index=True)
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column()
+    reviewer_email: Mapped[str] = mapped_column(sa.String(320))
+    # approve | reject | reply (the token carried in a reply's address or subject)
+    purpose: Mapped[str] = mapped_column(sa.String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column()
+    used_at: Mapped[datetime | None] = mapped_column()
+
+
+class ReviewTimer(Base):
+    """A durable timer: a reminder, an escalation or a deadline for one attempt of a checkpoint."""
+
+    __tablename__ = "review_timers"
+    __table_args__ = (
+        sa.UniqueConstraint("checkpoint_id", "attempt", "kind"),
+        sa.Index("ix_review_timers_due", "fired_at", "due_at"),
+    )
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"), index=True)
+    checkpoint_id: Mapped[str] = mapped_column(sa.ForeignKey("checkpoints.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column()
+    # reminder | escalation | deadline
+    kind: Mapped[str] = mapped_column(sa.String(16))
+    due_at: Mapped[datetime] = mapped_column()
+    fired_at: Mapped[datetime | None] = mapped_column()

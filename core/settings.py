@@ -1,0 +1,159 @@
+"""Settings, read from the environment once into one frozen object and passed down."""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+
+class SettingsError(ValueError):
+    """An environment variable holds a value Vouch cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    database_url: str
+    secret_key: bytes
+    redis_url: str | None = None
+    base_url: str | None = None
+    agent_model: str = "offline"
+    smtp_url: str | None = None
+    mail_from: str = "Vouch <vouch@localhost>"
+    worker_lease_seconds: float = 30.0
+    worker_poll_seconds: float = 5.0
+    worker_concurrency: int = 8
+    # Spec §8: requests per key per window (GCRA: a burst of `rate_limit`, then one per window/limit).
+    rate_limit: int = 100
+    rate_limit_window_seconds: int = 60
+    # Spec §8: executions queued, running or awaiting review at once, per key.
+    concurrency_limit: int = 10
+    # Anyone may make an account on the web sign-up page; off: operators create users with the CLI.
+    open_signup: bool = False
+    # Issue 5: a reminder to the reviewer, then the backup reviewer, this long after a checkpoint starts waiting.
+    review_reminder_minutes: float = 60.0
+    review_escalation_minutes: float = 240.0
+    # Issue 5: `host:port` the inbound SMTP listener for review replies binds (None: off), and how long
+    # the Approve/Reject links of a review mail stay valid.
+    inbound_smtp: str | None = None
+    review_link_hours: float = 72.0
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    def with_changes(self, **changes: Any) -> Settings:
+        return replace(self, **changes)
+
+
+def normalise_database_url(url: str) -> str:
+    """Map the URLs operators write to the async drivers Vouch runs on."""
+    for plain, driver in (
+        ("postgres://", "postgresql+asyncpg://"),
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
+        if url.startswith(plain):
+            return driver + url[len(plain) :]
+    if url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        return url
+    raise SettingsError(f"VOUCH_DATABASE_URL: unsupported database URL scheme in {url.split('://')[0]!r}")
+
+
+def _secret_key(raw: str | None, data_dir: Path) -> bytes:
+    if raw:
+        if len(raw) < 32:
+            raise SettingsError("VOUCH_SECRET_KEY must be at least 32 characters")
+        return raw.encode()
+    path = data_dir / "secret_key"
+    try:
+        return _read_secret_key(path)
+    except FileNotFoundError:
+        pass
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48).encode()
+    # Written whole to a private file, then linked into place: two processes starting at once
+    # end up with the same key, and neither can read a half-written one.
+    partial = data_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(key)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(partial, path)
+        except FileExistsError:
+            return _read_secret_key(path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return key
+
+
+def _read_secret_key(path: Path) -> bytes:
+    key = path.read_bytes().strip()
+    if len(key) < 32:
+        raise SettingsError(f"{path} holds no usable key (under 32 characters); delete it to generate a new one")
+    return key
+
+
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+    if not math.isfinite(value):
+        raise SettingsError(f"{name} must be a finite number, not {raw!r}")
+    if value < minimum:
+        raise SettingsError(f"{name} must be at least {minimum}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be 1 or 0, not {raw!r}")
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    data_dir = Path(env.get("VOUCH_DATA_DIR") or "./var").resolve()
+    database_url = env.get("VOUCH_DATABASE_URL") or f"sqlite:///{data_dir / 'vouch.sqlite3'}"
+    base_url = (env.get("VOUCH_BASE_URL") or "").rstrip("/") or None
+    if base_url and not base_url.startswith(("http://", "https://")):
+        raise SettingsError("VOUCH_BASE_URL must start with http:// or https://")
+    database_url = normalise_database_url(database_url)
+    if database_url.startswith("sqlite"):
+        data_dir.mkdir(parents=True, exist_ok=True)
+    return Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        secret_key=_secret_key(env.get("VOUCH_SECRET_KEY"), data_dir),
+        redis_url=env.get("VOUCH_REDIS_URL") or None,
+        base_url=base_url,
+        agent_model=env.get("VOUCH_AGENT_MODEL") or "offline",
+        smtp_url=env.get("VOUCH_SMTP_URL") or None,
+        mail_from=env.get("VOUCH_MAIL_FROM") or "Vouch <vouch@localhost>",
+        worker_lease_seconds=_number(env, "VOUCH_WORKER_LEASE_SECONDS", 30.0, 1.0),
+        worker_poll_seconds=_number(env, "VOUCH_WORKER_POLL_SECONDS", 5.0, 0.05),
+        worker_concurrency=int(_number(env, "VOUCH_WORKER_CONCURRENCY", 8, 1)),
+        rate_limit=int(_number(env, "VOUCH_RATE_LIMIT", 100, 1)),
+        rate_limit_window_seconds=int(_number(env, "VOUCH_RATE_LIMIT_WINDOW_SECONDS", 60, 1)),
+        concurrency_limit=int(_number(env, "VOUCH_CONCURRENCY_LIMIT", 10, 1)),
+        open_signup=_flag(env, "VOUCH_OPEN_SIGNUP"),
+        review_reminder_minutes=_number(env, "VOUCH_REVIEW_REMINDER_MINUTES", 60.0, 0.0),
+        review_escalation_minutes=_number(env, "VOUCH_REVIEW_ESCALATION_MINUTES", 240.0, 0.0),
+        inbound_smtp=env.get("VOUCH_INBOUND_SMTP") or None,
+        review_link_hours=_number(env, "VOUCH_REVIEW_LINK_HOURS", 72.0, 0.01),
+    )

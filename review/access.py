@@ -1,0 +1,50 @@
+"""Who may decide a checkpoint: the one rule every channel asks (API, inbox, chat, mail).
+
+The assigned reviewer always may. The backup reviewer may once the current attempt has been escalated to
+them: the escalation timer of that attempt has fired (review/timers.py), so they have been told.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.models import Checkpoint, Execution, ReviewTimer
+
+
+async def escalated(session: AsyncSession, checkpoint: Checkpoint) -> bool:
+    fired = await session.scalar(
+        sa.select(ReviewTimer.fired_at).where(
+            ReviewTimer.checkpoint_id == checkpoint.id,
+            ReviewTimer.attempt == checkpoint.attempt,
+            ReviewTimer.kind == "escalation",
+        )
+    )
+    # Fired at all is enough: the timer's clock may run ahead of ours (tests inject it), and a timer only
+    # ever fires without effect once its attempt is decided, when nobody may decide it anyway.
+    return fired is not None
+
+
+async def may_decide(
+    session: AsyncSession, execution: Execution, checkpoint: Checkpoint | None, email: str | None, now: datetime
+) -> bool:
+    """Whether `email` may answer `checkpoint` (None: whichever checkpoint of the execution waits now).
+
+    `now` is the moment asked about; the rule depends on fired timers only, so it is kept for callers'
+    symmetry with the timer processing (and for rules to come, e.g. a backup's own deadline)."""
+    del now
+    if not email:
+        return False
+    if execution.assigned_reviewer is not None and email == execution.assigned_reviewer:
+        return True
+    if execution.backup_reviewer is None or email != execution.backup_reviewer:
+        return False
+    if checkpoint is None:
+        checkpoint = await session.scalar(
+            sa.select(Checkpoint).where(Checkpoint.execution_id == execution.id, Checkpoint.status == "awaiting_review")
+        )
+        if checkpoint is None:
+            return False
+    return await escalated(session, checkpoint)

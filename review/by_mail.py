@@ -1,0 +1,83 @@
+"""Deciding through a review mail's token: the link pages and the reply listener both end here.
+
+What a token's state is (usable, expired, spent, superseded by another decision) is worked out in one
+place, so a link page and a reply tell the same story.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
+from review.decisions import DecisionError, DecisionRecord, Verdict, decide
+from review.links import use_links
+
+
+@dataclass(frozen=True)
+class LinkState:
+    link: ReviewLink
+    checkpoint: Checkpoint
+    execution: Execution
+    # usable | decided | used | expired | closed (the run ended or moved past this attempt)
+    status: str
+    decision: DecisionRecord | None
+
+
+async def link_state(session: AsyncSession, link: ReviewLink) -> LinkState:
+    checkpoint = await session.get_one(Checkpoint, link.checkpoint_id)
+    execution = await session.get_one(Execution, link.execution_id)
+    row = await session.scalar(
+        sa.select(Decision).where(Decision.checkpoint_id == link.checkpoint_id, Decision.attempt == link.attempt)
+    )
+    decision = DecisionRecord.of(row) if row is not None else None
+    if decision is not None:
+        status = "decided"
+    elif link.used_at is not None:
+        status = "used"
+    elif link.expires_at <= utcnow():
+        status = "expired"
+    elif (
+        checkpoint.attempt != link.attempt
+        or checkpoint.status != "awaiting_review"
+        or execution.status != "awaiting_review"
+    ):
+        status = "closed"
+    else:
+        status = "usable"
+    return LinkState(link, checkpoint, execution, status, decision)
+
+
+class LinkRefused(Exception):
+    """The token cannot decide; `state` says why (shown to the person as it is)."""
+
+    def __init__(self, state: LinkState, message: str = "") -> None:
+        super().__init__(message or state.status)
+        self.state = state
+
+
+async def decide_by_link(
+    session: AsyncSession, link: ReviewLink, verdict: Verdict, *, comment: str, remote_addr: str | None
+) -> DecisionRecord:
+    """Spend the link and decide as its reviewer, via e-mail; LinkRefused if the link may not decide.
+
+    The caller's transaction holds both: a refused decision leaves the link unspent."""
+    state = await link_state(session, link)
+    if state.status != "usable":
+        raise LinkRefused(state)
+    if not await use_links(session, link):
+        raise LinkRefused(await link_state(session, link))
+    try:
+        return await decide(
+            session,
+            link.checkpoint_id,
+            verdict,
+            by=link.reviewer_email,
+            via="email",
+            comment=comment,
+            remote_addr=remote_addr,
+        )
+    except DecisionError as exc:
+        raise LinkRefused(state, str(exc)) from exc

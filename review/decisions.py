@@ -1,0 +1,239 @@
+"""The one decision function every channel ends in: e-mail, web, chat, API and timers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.bus import WAKE_CHANNEL
+from core.db import publish_after_commit
+from core.events import append_event, isoformat
+from core.ids import new_id
+from core.models import Checkpoint, Decision, Execution, utcnow
+
+Verdict = Literal["approve", "reject"]
+# "cancel" is the deadline's third policy only (onDeadline=cancel); people approve or reject.
+Outcome = Literal["approve", "reject", "cancel"]
+Channel = Literal["email", "web", "chat", "api", "auto", "timeout"]
+CHANNELS: tuple[Channel, ...] = ("email", "web", "chat", "api", "auto", "timeout")
+FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    checkpoint_id: str
+    decision: str
+    by: str
+    via: str
+    at: datetime
+    comment: str
+    attempt: int = 1
+    remote_addr: str | None = None
+
+    def as_json(self) -> dict[str, str | int | None]:
+        # The request address stays out of this shape: it goes into events, which view-link holders see.
+        return {
+            "decision": self.decision,
+            "by": self.by,
+            "via": self.via,
+            "at": isoformat(self.at),
+            "comment": self.comment,
+            "attempt": self.attempt,
+        }
+
+    @classmethod
+    def of(cls, row: Decision) -> DecisionRecord:
+        return cls(
+            row.checkpoint_id,
+            row.decision,
+            row.decided_by,
+            row.via,
+            row.decided_at,
+            row.comment,
+            row.attempt,
+            row.remote_addr,
+        )
+
+
+class DecisionError(Exception):
+    """The decision cannot be taken; `code` says why in a stable word."""
+
+    code = "decision_refused"
+
+
+class AlreadyDecided(DecisionError):
+    code = "already_decided"
+
+    def __init__(self, record: DecisionRecord) -> None:
+        self.record = record
+        done = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}.get(record.decision, "decided")
+        # Attempt 1 keeps the message every channel showed before revisions existed.
+        which = f" (attempt {record.attempt})" if record.attempt > 1 else ""
+        super().__init__(f"already {done} by {record.by} via {record.via} at {isoformat(record.at)}{which}")
+
+
+class NotAwaitingReview(DecisionError):
+    code = "checkpoint_not_awaiting_review"
+
+
+class UnknownCheckpoint(DecisionError):
+    code = "not_found"
+
+
+class ExecutionNotWaiting(DecisionError):
+    """The checkpoint waits, but its execution has ended (cancelled or failed) in the meantime."""
+
+    code = "execution_not_awaiting_review"
+
+
+async def decision_for(session: AsyncSession, checkpoint_id: str, attempt: int | None = None) -> DecisionRecord | None:
+    """The decision on `attempt` of a checkpoint, or on its latest decided attempt."""
+    query = sa.select(Decision).where(Decision.checkpoint_id == checkpoint_id)
+    if attempt is not None:
+        query = query.where(Decision.attempt == attempt)
+    row = await session.scalar(query.order_by(Decision.attempt.desc()).limit(1))
+    return DecisionRecord.of(row) if row is not None else None
+
+
+async def decision_history(session: AsyncSession, checkpoint_id: str) -> list[DecisionRecord]:
+    rows = await session.scalars(
+        sa.select(Decision).where(Decision.checkpoint_id == checkpoint_id).order_by(Decision.attempt)
+    )
+    return [DecisionRecord.of(row) for row in rows]
+
+
+async def decide(
+    session: AsyncSession,
+    checkpoint_id: str,
+    decision: Outcome,
+    *,
+    by: str,
+    via: Channel,
+    comment: str = "",
+    remote_addr: str | None = None,
+    attempt: int | None = None,
+) -> DecisionRecord:
+    """Record the first answer to the current attempt of a checkpoint and move its execution on.
+
+    Compare-and-set on the checkpoint's status (and `attempt`, when the caller answers a known one,
+    e.g. an e-mail link): of two concurrent answers exactly one passes; the other gets AlreadyDecided
+    naming the winner. `via="auto"` is the worker passing a checkpoint in without-verification mode.
+
+    Approve makes the execution runnable. Reject sends the agent back to revise while the checkpoint's
+    rejections stay under the execution's `max_revisions` (the checkpoint returns to pending with the next
+    attempt number); the rejection after that ends the execution `rejected`. A deadline's reject or cancel
+    (`via="timeout"`) is final: nobody answered, so there is no comment to revise from.
+    """
+    if decision not in ("approve", "reject", "cancel"):
+        raise DecisionError(f"decision must be 'approve' or 'reject', not {decision!r}")
+    if decision == "cancel" and via != "timeout":
+        raise DecisionError("only a deadline cancels; decide 'approve' or 'reject'")
+    if via not in CHANNELS:
+        raise DecisionError(f"unknown channel {via!r}")
+    from_status = "pending" if via == "auto" else "awaiting_review"
+    new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
+    if via == "auto":
+        new_status = "auto_approved"
+    where = [Checkpoint.id == checkpoint_id, Checkpoint.status == from_status]
+    if attempt is not None:
+        where.append(Checkpoint.attempt == attempt)
+    won = (
+        await session.execute(
+            sa.update(Checkpoint)
+            .where(*where)
+            .values(status=new_status)
+            .returning(Checkpoint.execution_id, Checkpoint.attempt),
+            execution_options={"synchronize_session": False},
+        )
+    ).first()
+    if won is None:
+        existing = await decision_for(session, checkpoint_id, attempt)
+        if existing is not None:
+            raise AlreadyDecided(existing)
+        checkpoint = await session.get(Checkpoint, checkpoint_id)
+        if checkpoint is None:
+            raise UnknownCheckpoint(f"no checkpoint {checkpoint_id}")
+        status = await session.scalar(sa.select(Execution.status).where(Execution.id == checkpoint.execution_id))
+        if status in FINAL_STATUSES:
+            raise ExecutionNotWaiting(f"the execution is {status}; this checkpoint will not be reached")
+        raise NotAwaitingReview("the agent has not reached this checkpoint yet")
+    execution_id, current_attempt = won
+
+    now = utcnow()
+    row = Decision(
+        id=new_id("dec"),
+        checkpoint_id=checkpoint_id,
+        attempt=current_attempt,
+        execution_id=execution_id,
+        decision=decision,
+        decided_by=by,
+        via=via,
+        comment=comment,
+        remote_addr=remote_addr,
+        decided_at=now,
+    )
+    session.add(row)
+    # Flushed here: the unique (checkpoint_id, attempt) is the database's own guard against a second answer.
+    await session.flush()
+    record = DecisionRecord.of(row)
+    await append_event(session, execution_id, "checkpoint.decided", {"checkpointId": checkpoint_id, **record.as_json()})
+    if via == "auto":
+        return record
+    revise = False
+    if decision == "reject" and via != "timeout":
+        limit = await session.scalar(sa.select(Execution.max_revisions).where(Execution.id == execution_id))
+        rejections = await session.scalar(
+            sa.select(sa.func.count())
+            .select_from(Decision)
+            .where(Decision.checkpoint_id == checkpoint_id, Decision.decision == "reject")
+        )
+        revise = (rejections or 0) <= (limit or 0)
+    end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[decision]
+    moved = await session.execute(
+        sa.update(Execution)
+        .where(Execution.id == execution_id, Execution.status == "awaiting_review")
+        .values(
+            status=end_status,
+            completed_at=None if end_status == "running" else now,
+            worker_id=None,
+            lease_until=None,
+        ),
+        execution_options={"synchronize_session": False},
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        status = await session.scalar(sa.select(Execution.status).where(Execution.id == execution_id))
+        raise ExecutionNotWaiting(f"the execution is {status}; it no longer waits for this decision")
+    if revise:
+        # Back to pending under the next attempt number: the agent revises and asks again here.
+        await session.execute(
+            sa.update(Checkpoint)
+            .where(Checkpoint.id == checkpoint_id)
+            .values(status="pending", attempt=current_attempt + 1),
+            execution_options={"synchronize_session": False},
+        )
+        await append_event(
+            session,
+            execution_id,
+            "checkpoint.revision_requested",
+            {"checkpointId": checkpoint_id, "attempt": current_attempt, "nextAttempt": current_attempt + 1,
+             "comment": comment, "by": by},
+        )
+    if end_status == "running":
+        publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id})
+    elif end_status == "rejected":
+        await append_event(
+            session,
+            execution_id,
+            "execution.rejected",
+            {"status": "rejected", "checkpointId": checkpoint_id, "comment": comment, "by": by,
+             "attempt": current_attempt},
+        )
+    else:
+        await append_event(
+            session, execution_id, "execution.cancelled", {"status": "cancelled", "by": by, "via": via}
+        )
+    return record

@@ -1,0 +1,230 @@
+"""The review inbox: a signed-in reviewer's waiting checkpoints, one page per checkpoint to decide it,
+and the history of what they decided. Every decision goes through `review.decide(via="web")`.
+
+Who sees what is the one rule of review/access.py: the assigned reviewer, and the backup reviewer once
+the current attempt was escalated to them. Anyone else gets "not found", so ids cannot be probed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from quart import Blueprint, Response, abort, render_template, request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from api.services import db_session, services
+from api.websession import CsrfError, client_addr, login_required, see_other, viewer
+from core.links import chat_url
+from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
+from core.pageheaders import add_page_headers
+from review.access import may_decide
+from review.decisions import DecisionError, decide, decision_history
+
+blueprint = Blueprint("review_inbox", __name__, url_prefix="/review/inbox")
+
+CONTEXT_EVENTS = 20
+HISTORY_ROWS = 50
+MAX_COMMENT = 5000
+
+
+@blueprint.after_request
+async def security_headers(response: Response) -> Response:
+    return add_page_headers(response)
+
+
+@blueprint.errorhandler(CsrfError)
+async def csrf_failed(error: CsrfError) -> tuple[str, int]:
+    page = await render_template("api/error.html", title="Form expired", message=error.message, viewer=None)
+    return page, error.status
+
+
+@dataclass(frozen=True)
+class Waiting:
+    checkpoint: Checkpoint
+    execution: Execution
+    age: timedelta
+    deadline: datetime | None
+
+
+def age_text(age: timedelta) -> str:
+    minutes = int(age.total_seconds() // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours // 24} days"
+
+
+async def _deadline(session: AsyncSession, checkpoint: Checkpoint) -> datetime | None:
+    return await session.scalar(
+        sa.select(ReviewTimer.due_at).where(
+            ReviewTimer.checkpoint_id == checkpoint.id,
+            ReviewTimer.attempt == checkpoint.attempt,
+            ReviewTimer.kind == "deadline",
+        )
+    )
+
+
+async def waiting_for(session: AsyncSession, email: str, now: datetime) -> list[Waiting]:
+    """Checkpoints `email` may decide now, oldest wait first."""
+    rows = await session.execute(
+        sa.select(Checkpoint, Execution)
+        .join(Execution, Execution.id == Checkpoint.execution_id)
+        .where(
+            Checkpoint.status == "awaiting_review",
+            Execution.status == "awaiting_review",
+            sa.or_(Execution.assigned_reviewer == email, Execution.backup_reviewer == email),
+        )
+        .order_by(Checkpoint.awaiting_since, Checkpoint.id)
+    )
+    found = []
+    for checkpoint, execution in rows.all():
+        if await may_decide(session, execution, checkpoint, email, now):
+            since = checkpoint.awaiting_since or now
+            found.append(Waiting(checkpoint, execution, now - since, await _deadline(session, checkpoint)))
+    return found
+
+
+async def decided_by(session: AsyncSession, email: str) -> list[tuple[Decision, Checkpoint, Execution]]:
+    rows = await session.execute(
+        sa.select(Decision, Checkpoint, Execution)
+        .join(Checkpoint, Checkpoint.id == Decision.checkpoint_id)
+        .join(Execution, Execution.id == Decision.execution_id)
+        .where(Decision.decided_by == email)
+        .order_by(Decision.decided_at.desc())
+        .limit(HISTORY_ROWS)
+    )
+    return [(d, c, e) for d, c, e in rows.all()]
+
+
+def event_line(type_: str, payload: dict[str, Any]) -> str:
+    """One event as a line of the detail page's context (the chat page shows them in full)."""
+    match type_:
+        case "agent.message":
+            return str(payload.get("text", ""))
+        case "tool.call":
+            return f"Tool call: {payload.get('tool')}"
+        case "tool.result":
+            return f"Tool result: {payload.get('tool')}"
+        case "checkpoint.awaiting_review":
+            return f"Waiting for review at {payload.get('stage')!r} (attempt {payload.get('attempt', 1)})"
+        case "checkpoint.decided":
+            return (
+                f"{payload.get('decision')} by {payload.get('by')} via {payload.get('via')} "
+                f"(attempt {payload.get('attempt', 1)})" + (f": {payload['comment']}" if payload.get("comment") else "")
+            )
+        case "review.reminder_sent" | "review.escalated":
+            return f"{type_.split('.')[1].replace('_', ' ').capitalize()} to {payload.get('to')}"
+        case "review.deadline_passed":
+            return f"The review deadline passed; policy {payload.get('policy')}"
+    return type_
+
+
+async def _checkpoint_for(session: AsyncSession, checkpoint_id: str, email: str) -> tuple[Checkpoint, Execution]:
+    checkpoint = await session.get(Checkpoint, checkpoint_id) if len(checkpoint_id) <= 64 else None
+    execution = await session.get(Execution, checkpoint.execution_id) if checkpoint is not None else None
+    if checkpoint is None or execution is None:
+        abort(404)
+    # Decided checkpoints stay visible to the reviewers named on the execution (their history links here).
+    named = email in (execution.assigned_reviewer, execution.backup_reviewer)
+    if not (named or await may_decide(session, execution, checkpoint, email, utcnow())):
+        abort(404)
+    return checkpoint, execution
+
+
+async def _detail(
+    session: AsyncSession, checkpoint: Checkpoint, execution: Execution, *, error: str | None = None, comment: str = ""
+) -> str:
+    email = viewer().email
+    now = utcnow()
+    events = list(
+        await session.scalars(
+            sa.select(Event).where(Event.execution_id == execution.id).order_by(Event.seq.desc()).limit(CONTEXT_EVENTS)
+        )
+    )
+    base = services().settings.base_url or request.host_url.rstrip("/")
+    can_decide = (
+        checkpoint.status == "awaiting_review"
+        and execution.status == "awaiting_review"
+        and await may_decide(session, execution, checkpoint, email, now)
+    )
+    return await render_template(
+        "review/inbox_detail.html",
+        viewer=viewer(),
+        checkpoint=checkpoint,
+        execution=execution,
+        events=[(e, event_line(e.type, e.payload)) for e in reversed(events)],
+        attempts=await decision_history(session, checkpoint.id),
+        deadline=await _deadline(session, checkpoint),
+        age=age_text(now - checkpoint.awaiting_since) if checkpoint.awaiting_since else None,
+        can_decide=can_decide,
+        chat_link=chat_url(base, services().settings.secret_key, execution.id),
+        error=error,
+        comment=comment,
+    )
+
+
+@blueprint.get("")
+@login_required
+async def inbox() -> str:
+    session = db_session()
+    email = viewer().email
+    now = utcnow()
+    return await render_template(
+        "review/inbox.html",
+        viewer=viewer(),
+        waiting=await waiting_for(session, email, now),
+        history=await decided_by(session, email),
+        age_text=age_text,
+        done=request.args.get("done"),
+    )
+
+
+@blueprint.get("/<checkpoint_id>")
+@login_required
+async def detail(checkpoint_id: str) -> str:
+    session = db_session()
+    checkpoint, execution = await _checkpoint_for(session, checkpoint_id, viewer().email)
+    return await _detail(session, checkpoint, execution)
+
+
+@blueprint.post("/<checkpoint_id>")
+@login_required
+async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
+    session = db_session()
+    email = viewer().email
+    checkpoint, execution = await _checkpoint_for(session, checkpoint_id, email)
+    form = await request.form
+    verdict = form.get("decision", "")
+    comment = (form.get("comment") or "").strip()[:MAX_COMMENT]
+    try:
+        attempt = int(form.get("attempt", ""))
+    except ValueError:
+        abort(400)
+    if verdict not in ("approve", "reject"):
+        abort(400)
+    if verdict == "reject" and not comment:
+        page = await _detail(
+            session, checkpoint, execution, error="Say what the agent should change: a rejection needs a comment."
+        )
+        return page, 422
+    if not await may_decide(session, execution, checkpoint, email, utcnow()):
+        abort(404)
+    try:
+        await decide(
+            session,
+            checkpoint.id,
+            "approve" if verdict == "approve" else "reject",
+            by=email,
+            via="web",
+            comment=comment,
+            remote_addr=client_addr(),
+            attempt=attempt,  # the attempt the reviewer saw: a stale form cannot answer a newer one
+        )
+    except DecisionError as exc:  # AlreadyDecided names the winner
+        await session.refresh(checkpoint)
+        await session.refresh(execution)
+        return await _detail(session, checkpoint, execution, error=f"Not recorded: {exc}.", comment=comment), 409
+    return see_other(f"/review/inbox?done={checkpoint.id}")

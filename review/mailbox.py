@@ -1,0 +1,57 @@
+"""The dev mailbox: with no SMTP server configured, mail stays in the outbox, and its recipient reads
+it here, as they would in a mail client, with working links.
+
+A signed-in user sees only the messages addressed to their own e-mail. The HTML part is shown in a
+sandboxed iframe (srcdoc, no scripts, no same-origin), with `<base target="_top">` so that its links
+open in the window itself; the plain-text part is shown beside it as text.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from quart import Blueprint, Response, abort, render_template
+
+from api.services import db_session
+from api.websession import login_required, viewer
+from core.models import MailMessage
+from core.pageheaders import add_page_headers
+
+blueprint = Blueprint("mailbox", __name__)
+
+PAGE_SIZE = 100
+# The mail's own links leave through the top window; nothing in it runs (no allow-scripts).
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+    "frame-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+
+@blueprint.after_request
+async def security_headers(response: Response) -> Response:
+    # Messages hold single-use review links: no Referer carries them off, no cache keeps them.
+    return add_page_headers(response, csp=CSP, referrer_policy="no-referrer")
+
+
+def _mine() -> sa.ColumnElement[bool]:
+    return sa.func.lower(MailMessage.recipient) == viewer().email.lower()
+
+
+@blueprint.get("/mailbox")
+@login_required
+async def inbox() -> str:
+    rows = await db_session().scalars(
+        sa.select(MailMessage).where(_mine()).order_by(MailMessage.created_at.desc(), MailMessage.id).limit(PAGE_SIZE)
+    )
+    return await render_template("review/mailbox.html", viewer=viewer(), messages=list(rows))
+
+
+@blueprint.get("/mailbox/<message_id>")
+@login_required
+async def message(message_id: str) -> str:
+    if len(message_id) > 64:
+        abort(404)
+    found = await db_session().scalar(sa.select(MailMessage).where(MailMessage.id == message_id, _mine()))
+    if found is None:
+        abort(404)  # another's message looks like no message
+    srcdoc = '<base target="_top">' + found.html_body if found.html_body else None
+    return await render_template("review/mail_message.html", viewer=viewer(), message=found, srcdoc=srcdoc)

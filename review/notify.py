@@ -1,0 +1,99 @@
+"""The review mail: sent when a checkpoint starts awaiting review, in the transaction that pauses the run.
+
+The message key is (checkpoint, attempt, reviewer): a pause that is replayed after a crash, or a second
+call, finds the message already there and mints no second set of links. Links point at
+`settings.base_url`; the worker has no request to learn the public address from, so without
+VOUCH_BASE_URL they fall back to http://127.0.0.1:8000 (what `vouch serve` listens on by default).
+"""
+
+from __future__ import annotations
+
+from email.utils import parseaddr
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.links import reviewer_chat_url
+from core.mail import enqueue_mail
+from core.models import Checkpoint, Execution, MailMessage
+from core.settings import Settings
+from review.links import mint_links
+
+FALLBACK_BASE_URL = "http://127.0.0.1:8000"
+_TEMPLATES = Path(__file__).resolve().parent.parent / "templates" / "review" / "mail"
+# A template environment of its own: the worker renders mail without a Quart app. HTML autoescaped.
+_env = Environment(
+    loader=FileSystemLoader(str(_TEMPLATES)),
+    autoescape=select_autoescape(enabled_extensions=("html",), default_for_string=False),
+    keep_trailing_newline=True,
+)
+
+
+def base_url(settings: Settings) -> str:
+    return (settings.base_url or FALLBACK_BASE_URL).rstrip("/")
+
+
+def reply_address(settings: Settings, token: str) -> str:
+    """review+<token>@<the domain of VOUCH_MAIL_FROM>: where replies to the review mail go."""
+    domain = parseaddr(settings.mail_from)[1].rpartition("@")[2] or "localhost"
+    return f"review+{token}@{domain}"
+
+
+def subject_tag(token: str) -> str:
+    return f"[vouch:{token}]"
+
+
+def message_key(checkpoint: Checkpoint, reviewer: str) -> str:
+    return f"review:{checkpoint.id}:{checkpoint.attempt}:{reviewer}"
+
+
+async def checkpoint_awaiting(
+    session: AsyncSession,
+    settings: Settings,
+    execution_id: str,
+    checkpoint: Checkpoint,
+    next_action: dict[str, Any] | None,
+) -> MailMessage | None:
+    """Queue the review mail for this attempt of `checkpoint`; None when the run has no reviewer."""
+    execution = await session.get_one(Execution, execution_id)
+    reviewer = execution.assigned_reviewer
+    if not reviewer:
+        return None
+    key = message_key(checkpoint, reviewer)
+    existing = await session.scalar(sa.select(MailMessage).where(MailMessage.message_key == key))
+    if existing is not None:
+        return existing
+    links = await mint_links(session, settings.secret_key, checkpoint, reviewer, settings.review_link_hours)
+    base = base_url(settings)
+    if next_action is None:
+        next_action = {"tool": "finish", "instruction": "finish the task"}
+    context = {
+        "execution": execution,
+        "checkpoint": checkpoint,
+        "next_action": next_action,
+        "chat_url": reviewer_chat_url(base, settings.secret_key, execution.id, reviewer),
+        "approve_url": f"{base}/review/link/{links.approve}",
+        "reject_url": f"{base}/review/link/{links.reject}",
+        "reply_token": links.reply,
+        "hours": settings.review_link_hours,
+    }
+    subject = f"Review needed: {execution.task_name} — {checkpoint.stage} {subject_tag(links.reply)}"
+    if checkpoint.attempt > 1:
+        subject = f"Review needed (attempt {checkpoint.attempt}): {execution.task_name} — {checkpoint.stage} " + (
+            subject_tag(links.reply)
+        )
+    return await enqueue_mail(
+        session,
+        message_key=key,
+        sender=settings.mail_from,
+        recipient=reviewer,
+        subject=subject,
+        text_body=_env.get_template("checkpoint.txt").render(context),
+        html_body=_env.get_template("checkpoint.html").render(context),
+        execution_id=execution.id,
+        # core.mail.to_email turns the subject's [vouch:<token>] into the Reply-To address (reply_address).
+        smtp_configured=settings.smtp_url is not None,
+    )

@@ -1,0 +1,175 @@
+"""Reminders, escalation and deadlines as durable timers: rows in review_timers.
+
+A pause writes its timers in its own transaction (`schedule_timers`, called from the runner). The worker
+fires due ones (`process_due_timers`): each timer is claimed, acted on and marked fired in ONE transaction
+(PostgreSQL: FOR UPDATE SKIP LOCKED, so workers share the work; SQLite: the write session's BEGIN IMMEDIATE).
+A processor that dies between claim and effect rolls back with it, and the next one fires the timer: once.
+A timer whose attempt has been decided (or whose execution moved on) is marked fired with no effect.
+
+Timings: the reminder VOUCH_REVIEW_REMINDER_MINUTES after the pause (assigned reviewer), the escalation
+VOUCH_REVIEW_ESCALATION_MINUTES after it (backup reviewer, who may then decide too: review/access.py), and
+the deadline the task's reviewDeadline seconds after it, applying onDeadline as a decision `via: timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.db import Database
+from core.events import append_event
+from core.ids import new_id
+from core.links import chat_url
+from core.mail import enqueue_mail
+from core.models import Checkpoint, Execution, ReviewTimer, utcnow
+from core.settings import Settings
+from review.decisions import Outcome, decide
+
+log = logging.getLogger(__name__)
+
+KINDS = ("reminder", "escalation", "deadline")
+
+
+async def schedule_timers(
+    session: AsyncSession, settings: Settings, execution_id: str, checkpoint: Checkpoint, now: datetime
+) -> None:
+    """Write the timers of this attempt of `checkpoint` (in the caller's transaction: the pause's)."""
+    execution = await session.get_one(Execution, execution_id)
+    due: list[tuple[str, datetime]] = []
+    if execution.assigned_reviewer:
+        due.append(("reminder", now + timedelta(minutes=settings.review_reminder_minutes)))
+    if execution.backup_reviewer:
+        due.append(("escalation", now + timedelta(minutes=settings.review_escalation_minutes)))
+    if execution.review_deadline_seconds is not None:
+        due.append(("deadline", now + timedelta(seconds=execution.review_deadline_seconds)))
+    for kind, at in due:
+        session.add(
+            ReviewTimer(
+                id=new_id("tmr"),
+                execution_id=execution_id,
+                checkpoint_id=checkpoint.id,
+                attempt=checkpoint.attempt,
+                kind=kind,
+                due_at=at,
+            )
+        )
+
+
+async def _claim(session: AsyncSession, now: datetime) -> ReviewTimer | None:
+    query = (
+        sa.select(ReviewTimer)
+        .where(ReviewTimer.fired_at.is_(None), ReviewTimer.due_at <= now)
+        .order_by(ReviewTimer.due_at, ReviewTimer.id)
+        .limit(1)
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    return await session.scalar(query)
+
+
+def _mail_text(settings: Settings, execution: Execution, checkpoint: Checkpoint, opening: str) -> str:
+    base = settings.base_url or ""
+    lines = [
+        opening,
+        "",
+        f"Task: {execution.task_name}",
+        f"Stage: {checkpoint.stage} (attempt {checkpoint.attempt})",
+        f"Question: {checkpoint.verification_question}",
+        "",
+        f"Review it in your inbox: {base}/review/inbox/{checkpoint.id}",
+        f"Live chat: {chat_url(base, settings.secret_key, execution.id)}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, now: datetime) -> bool:
+    """Act on one claimed timer and mark it fired, in the caller's transaction. False: it had nothing to do."""
+    timer.fired_at = now
+    checkpoint = await session.get_one(Checkpoint, timer.checkpoint_id)
+    execution = await session.get_one(Execution, timer.execution_id)
+    live = (
+        checkpoint.status == "awaiting_review"
+        and checkpoint.attempt == timer.attempt
+        and execution.status == "awaiting_review"
+    )
+    if not live:
+        return False
+    where = {"checkpointId": checkpoint.id, "attempt": timer.attempt, "stage": checkpoint.stage}
+    if timer.kind in ("reminder", "escalation"):
+        to = execution.assigned_reviewer if timer.kind == "reminder" else execution.backup_reviewer
+        if not to:
+            return False
+        opening = (
+            "A reminder: this checkpoint still waits for your review."
+            if timer.kind == "reminder"
+            else f"This checkpoint has waited for {execution.assigned_reviewer} too long; you may decide it now."
+        )
+        await enqueue_mail(
+            session,
+            message_key=f"review-timer:{timer.id}",
+            sender=settings.mail_from,
+            recipient=to,
+            subject=f"[Vouch] {'Reminder' if timer.kind == 'reminder' else 'Escalated'}: "
+            f"review {checkpoint.stage!r} of {execution.task_name!r}",
+            text_body=_mail_text(settings, execution, checkpoint, opening),
+            execution_id=execution.id,
+            smtp_configured=settings.smtp_url is not None,
+        )
+        event = "review.reminder_sent" if timer.kind == "reminder" else "review.escalated"
+        await append_event(session, execution.id, event, {**where, "to": to})
+        return True
+    await append_event(session, execution.id, "review.deadline_passed", {**where, "policy": execution.on_deadline})
+    policy: Outcome = "reject"
+    if execution.on_deadline == "approve":
+        policy = "approve"
+    elif execution.on_deadline == "cancel":
+        policy = "cancel"
+    await decide(
+        session,
+        checkpoint.id,
+        policy,
+        by="vouch",
+        via="timeout",
+        comment="No decision before the review deadline.",
+        attempt=timer.attempt,
+    )
+    return True
+
+
+async def process_due_timers(db: Database, settings: Settings, now: datetime | None = None, *, limit: int = 100) -> int:
+    """Fire up to `limit` due timers, one transaction each; returns how many acted. `now` is injectable."""
+    acted = 0
+    async with db.reading() as session:
+        # A read first: an idle poll must not take SQLite's write lock (BEGIN IMMEDIATE) every few seconds.
+        due = await session.scalar(
+            sa.select(ReviewTimer.id)
+            .where(ReviewTimer.fired_at.is_(None), ReviewTimer.due_at <= (now or utcnow()))
+            .limit(1)
+        )
+    if due is None:
+        return 0
+    for _ in range(limit):
+        moment = now or utcnow()
+        async with db.transaction() as session:
+            timer = await _claim(session, moment)
+            if timer is None:
+                break
+            if await fire(session, settings, timer, moment):
+                acted += 1
+    return acted
+
+
+async def run_review_timers(db: Database, settings: Settings, stop: asyncio.Event) -> None:
+    """The worker's timer loop: a slow poll is enough, a reminder a few seconds late is no harm."""
+    while not stop.is_set():
+        try:
+            await process_due_timers(db, settings)
+        except Exception:
+            log.exception("review timers failed; retrying at the next poll")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), settings.worker_poll_seconds)

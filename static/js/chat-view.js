@@ -1,0 +1,321 @@
+// The chat page's items: how one event becomes (or updates) an item in the feed, the status line and the
+// cards. Items are clones of the page's own <template>s (the Jinja macros that rendered the history), filled
+// through textContent only: nothing from an event is ever parsed as HTML. It follows the folding rules of
+// chat/conversation.py; keep the two in step. chat.js owns ordering, the socket and scrolling.
+"use strict";
+
+const STATUS_TEXT = {
+  queued: "Queued: waiting for a worker",
+  running: "Running",
+  awaiting_review: "Waiting for review",
+  completed: "Completed",
+  failed: "Failed",
+  rejected: "Rejected",
+  cancelled: "Cancelled",
+};
+const OUTCOMES = {
+  "execution.completed": "completed",
+  "execution.failed": "failed",
+  "execution.rejected": "rejected",
+  "execution.cancelled": "cancelled",
+};
+const OUTCOME_TITLES = {
+  completed: "Task completed",
+  failed: "Task failed",
+  rejected: "Stopped: a checkpoint was rejected",
+  cancelled: "Task cancelled",
+};
+
+function clockOf(iso) {
+  const moment = new Date(iso);
+  if (Number.isNaN(moment.getTime())) {
+    return "";
+  }
+  return moment.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
+}
+
+function localizeTime(element) {
+  if (element.dateTime) {
+    element.textContent = clockOf(element.dateTime);
+    element.title = new Date(element.dateTime).toLocaleString();
+  }
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) {
+    return "—";
+  }
+  const value = Number(ms);
+  if (value < 1000) {
+    return `${Math.round(value)} ms`;
+  }
+  const seconds = value / 1000;
+  if (seconds < 60) {
+    return `${(Math.floor(seconds * 10 + 0.5) / 10).toFixed(1)} s`;
+  }
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) {
+    return `${minutes} min ${String(Math.floor(seconds % 60)).padStart(2, "0")} s`;
+  }
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
+}
+
+function pretty(value) {
+  return JSON.stringify(value === undefined ? null : value, null, 2);
+}
+
+export function slot(element, name) {
+  return element.querySelector(`[data-slot="${name}"]`);
+}
+
+function fill(element, name, value) {
+  const target = slot(element, name);
+  if (target) {
+    target.textContent = value === null || value === undefined ? "" : String(value);
+  }
+  return target;
+}
+
+function fillOptional(element, name, value) {
+  const target = fill(element, name, value);
+  if (target) {
+    target.hidden = !value;
+  }
+}
+
+function showPart(element, name, shown) {
+  element.querySelectorAll(`[data-part="${name}"]`).forEach((part) => {
+    part.hidden = !shown;
+  });
+}
+
+function fromTemplate(kind, message) {
+  const element = document.getElementById(`tpl-${kind}`).content.firstElementChild.cloneNode(true);
+  element.dataset.seq = String(message.seq);
+  const time = element.querySelector('time[data-slot="at"]');
+  if (time && message.at) {
+    time.dateTime = message.at;
+    localizeTime(time);
+  }
+  return element;
+}
+
+/** The feed, the status line and the cards of one chat page; `needState` asks the server for a fresh state. */
+export function createView(root, needState) {
+  const feed = document.getElementById("feed");
+  const statusBar = document.getElementById("statusbar");
+  const statusText = document.getElementById("status-text");
+  const conn = document.getElementById("conn");
+  const tools = new Map();
+  const cards = new Map();
+  const view = {
+    canDecide: root.dataset.canDecide === "true",
+    final: root.dataset.final === "true",
+    reviewer: root.dataset.reviewer || "",
+  };
+
+  function setStatus(status, text) {
+    statusBar.className = `statusbar status-${status}`;
+    let shown = text || STATUS_TEXT[status] || status;
+    if (!text && status === "awaiting_review" && view.reviewer) {
+      shown = `Waiting for review by ${view.reviewer}`;
+    }
+    statusText.textContent = shown;
+    root.dataset.status = status;
+    view.final = ["completed", "failed", "rejected", "cancelled"].includes(status);
+    root.dataset.final = String(view.final);
+  }
+
+  function setConn(state, text) {
+    conn.dataset.conn = state;
+    conn.textContent = text;
+  }
+
+  function refreshCard(card) {
+    const decided = card.dataset.decided === "true";
+    const open = !decided && !view.final;
+    const form = card.querySelector('[data-part="form"]');
+    if (form) {
+      form.hidden = !(open && view.canDecide);
+    }
+    showPart(card, "waiting", open && !view.canDecide);
+    if (!decided && view.final) {
+      fill(card, "stateText", "Not decided");
+    }
+    fill(card, "reviewer", view.reviewer || "the reviewer");
+  }
+
+  function refreshCards() {
+    cards.forEach(refreshCard);
+  }
+
+  function markDecided(card, decision) {
+    card.dataset.decided = "true";
+    const state = decision.decision === "approve" ? "approved" : "rejected";
+    card.querySelector(".checkpoint").className = `checkpoint state-${state}`;
+    fill(card, "stateText", state === "approved" ? "Approved" : "Rejected");
+    const verdict = decision.decision === "approve" ? "Approved" : "Rejected";
+    fill(card, "decidedBy", `${verdict} by ${decision.by} via ${decision.via}`);
+    const at = slot(card, "decidedAt");
+    at.dateTime = decision.at;
+    localizeTime(at);
+    showPart(card, "decided", true);
+    refreshCard(card);
+  }
+
+  function setMetrics(metrics) {
+    const outcomes = feed.querySelectorAll(".item.outcome");
+    const outcome = outcomes[outcomes.length - 1];
+    if (!outcome || !metrics) {
+      return;
+    }
+    outcome.querySelectorAll("[data-metric]").forEach((cell) => {
+      const value = metrics[cell.dataset.metric];
+      cell.textContent = cell.hasAttribute("data-count") ? String(value ?? "—") : duration(value);
+    });
+    showPart(outcome, "metrics", true);
+  }
+
+  function systemText(type, payload) {
+    switch (type) {
+      case "execution.created":
+        return "Task created";
+      case "execution.started":
+        return "The agent started";
+      case "execution.resumed":
+        return "The agent resumed";
+      case "execution.updated":
+        return `${payload.field || "A setting"} changed to ${payload.to || "nothing"} by ${payload.by || "the owner"}`;
+      case "checkpoint.decided":
+        return "A checkpoint passed without review (test mode: without verification)";
+      case "checkpoint.revision_requested":
+        return `Attempt ${payload.attempt} rejected: the agent revises and asks again (attempt ${payload.nextAttempt})`;
+      case "review.reminder_sent":
+        return `Reminder sent to ${payload.to}`;
+      case "review.escalated":
+        return `Escalated to the backup reviewer ${payload.to}`;
+      case "review.deadline_passed":
+        return `The review deadline passed: ${payload.policy} applies`;
+      default:
+        return null;
+    }
+  }
+
+  function outcomeOf(status, payload) {
+    const result = payload.result || {};
+    let detail = "";
+    if (status === "completed" && (result.unrecognised || []).length) {
+      detail = `Skipped, not understood: ${result.unrecognised.join("; ")}`;
+    } else if (status === "failed") {
+      detail = payload.error || "";
+    } else if (status === "rejected") {
+      detail = `Rejected by ${payload.by || "the reviewer"}; the agent did nothing after that checkpoint.`;
+    } else if (status === "cancelled" && payload.by) {
+      detail = `Cancelled by ${payload.by}`;
+    }
+    return { title: OUTCOME_TITLES[status], detail, steps: (result.steps || []).map(String) };
+  }
+
+  // Returns the new list item, or null when the event only updated one already shown.
+  function render(message) {
+    const type = message.type;
+    const payload = message.payload || {};
+    let element = null;
+    if (type === "agent.message") {
+      element = fromTemplate("message", message);
+      fill(element, "text", payload.text);
+    } else if (type === "tool.call") {
+      element = fromTemplate("tool", message);
+      element.dataset.toolCallId = payload.toolCallId;
+      fill(element, "tool", payload.tool);
+      fill(element, "argsText", pretty(payload.args || {}));
+      showPart(element, "world", Boolean(payload.actsOnWorld));
+      tools.set(payload.toolCallId, element);
+    } else if (type === "tool.result") {
+      const call = tools.get(payload.toolCallId);
+      if (call) {
+        call.classList.add("done");
+        fill(call, "state", `done in ${duration(payload.durationMs)}`);
+        fill(call, "resultText", pretty(payload.result));
+        showPart(call, "result", true);
+      }
+    } else if (type === "checkpoint.awaiting_review") {
+      const next = payload.nextAction || {};
+      element = fromTemplate("card", message);
+      element.dataset.checkpointId = payload.checkpointId;
+      element.dataset.decided = "false";
+      fill(element, "stage", payload.stage);
+      fillOptional(element, "description", payload.description);
+      fill(element, "verificationQuestion", payload.verificationQuestion);
+      fill(element, "instruction", next.instruction);
+      fill(element, "nextTool", next.tool);
+      fill(element, "nextArgsText", pretty(next.args || {}));
+      showPart(element, "auto", payload.origin === "auto");
+      fill(element, "attempt", payload.attempt || 1);
+      showPart(element, "attempt", (payload.attempt || 1) > 1);
+      cards.set(payload.checkpointId, element);
+      refreshCard(element);
+      setStatus("awaiting_review");
+    } else if (type === "checkpoint.decided" && payload.via !== "auto") {
+      const card = cards.get(payload.checkpointId);
+      if (card) {
+        markDecided(card, payload);
+      }
+      element = fromTemplate("reply", message);
+      element.classList.add(payload.decision);
+      fill(element, "by", payload.by);
+      fill(element, "via", payload.via);
+      fill(element, "verdict", payload.decision === "approve" ? "Approved" : "Rejected");
+      fill(element, "initial", (payload.by || "?").slice(0, 1).toUpperCase());
+      const stage = card ? slot(card, "stage").textContent : "";
+      fill(element, "stage", stage);
+      showPart(element, "stage", Boolean(stage));
+      fillOptional(element, "comment", payload.comment);
+      if (payload.decision === "approve") {
+        setStatus("running");
+      }
+    } else if (OUTCOMES[type]) {
+      const status = OUTCOMES[type];
+      const outcome = outcomeOf(status, payload);
+      element = fromTemplate("outcome", message);
+      element.querySelector(".outcome-card").className = `outcome-card status-${status}`;
+      fill(element, "title", outcome.title);
+      fillOptional(element, "detail", outcome.detail);
+      const list = slot(element, "steps");
+      outcome.steps.forEach((step) => {
+        const line = document.createElement("li");
+        line.textContent = step;
+        list.appendChild(line);
+      });
+      list.hidden = outcome.steps.length === 0;
+      setStatus(status);
+      refreshCards();
+      // The metrics are the server's to compute (the same numbers as the status API): ask for them.
+      needState();
+    } else {
+      const text = systemText(type, payload);
+      if (text !== null) {
+        element = fromTemplate("system", message);
+        fill(element, "text", text);
+      }
+      if (type === "execution.started" || type === "execution.resumed") {
+        setStatus("running");
+      } else if (type === "execution.updated" && payload.field === "assignedReviewer") {
+        view.reviewer = payload.to || "";
+        document.getElementById("reviewer").textContent = view.reviewer || "none";
+        // Whether this watcher may decide may have changed with the reviewer: the server says.
+        needState();
+      }
+    }
+    if (element) {
+      feed.appendChild(element);
+    }
+    return element;
+  }
+
+  feed.querySelectorAll("[data-tool-call-id]").forEach((element) => tools.set(element.dataset.toolCallId, element));
+  feed.querySelectorAll("[data-checkpoint-id]").forEach((element) => cards.set(element.dataset.checkpointId, element));
+  document.querySelectorAll("time[datetime]").forEach(localizeTime);
+  refreshCards();
+  return Object.assign(view, { render, setStatus, setConn, refreshCards, markDecided, setMetrics });
+}

@@ -1,0 +1,241 @@
+// The chat page's live layer. The server has rendered the whole history; this script keeps it current.
+// It joins the execution's room over Socket.IO, asks for every event after the last one on the page, and
+// renders what arrives strictly in seq order, each seq once: live events that overtake the replay wait in
+// `pending` until the gap before them fills, and a gap that stays open is asked for again. How one event
+// becomes an item is chat-view.js's business.
+import { createView, slot } from "./chat-view.js";
+
+(function () {
+  const root = document.getElementById("chat");
+  if (!root) {
+    return;
+  }
+  const pill = document.getElementById("new-pill");
+  const executionId = root.dataset.executionId;
+  const token = root.dataset.token || null;
+  // From the review mail's chat link: lets its reviewer decide here without signing in.
+  const reviewerToken = root.dataset.reviewerToken || null;
+  const csrf = root.dataset.csrf || "";
+  let lastSeq = Number(root.dataset.lastSeq || "0");
+  const pending = new Map();
+  let socket = null;
+  let joining = false;
+  let joinAgain = false;
+  let gapTimer = null;
+  let unseen = 0;
+  const GAP_WAIT_MS = 1500;
+  // The safety net for a live event lost on the way (the database has it): a cheap re-join now and then.
+  const RESYNC_MS = 30000;
+  // The view asks for a fresh state (the metrics at the end, who may decide after a reviewer change).
+  const view = createView(root, () => join());
+
+  // ---- scrolling ------------------------------------------------------------------------------------
+
+  function atBottom() {
+    return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
+  }
+
+  function toBottom(smooth) {
+    window.scrollTo({ top: document.documentElement.scrollHeight, behavior: smooth ? "smooth" : "auto" });
+  }
+
+  function hidePill() {
+    unseen = 0;
+    pill.hidden = true;
+  }
+
+  function afterAdding(count, stick) {
+    document.getElementById("feed-empty").hidden = true;
+    if (stick) {
+      toBottom(false);
+      return;
+    }
+    // The reader has scrolled up to read: leave them there and say that more came.
+    unseen += count;
+    pill.textContent = unseen === 1 ? "1 new message ↓" : `${unseen} new messages ↓`;
+    pill.hidden = false;
+  }
+
+  // ---- ordering: each seq once, in order ------------------------------------------------------------
+
+  function ingest(messages) {
+    const stick = atBottom();
+    let added = 0;
+    for (const message of messages) {
+      if (!message || message.executionId !== executionId || typeof message.seq !== "number") {
+        continue;
+      }
+      if (message.seq > lastSeq && !pending.has(message.seq)) {
+        pending.set(message.seq, message);
+      }
+    }
+    while (pending.has(lastSeq + 1)) {
+      const message = pending.get(lastSeq + 1);
+      pending.delete(lastSeq + 1);
+      lastSeq += 1;
+      try {
+        if (view.render(message)) {
+          added += 1;
+        }
+      } catch (error) {
+        console.error("could not show event", message, error);
+      }
+    }
+    root.dataset.lastSeq = String(lastSeq);
+    if (pending.size && !gapTimer) {
+      // A later event came first; the one before it is usually a moment behind. If not, ask for it.
+      gapTimer = setTimeout(() => {
+        gapTimer = null;
+        if (pending.size) {
+          join();
+        }
+      }, GAP_WAIT_MS);
+    }
+    if (added) {
+      afterAdding(added, stick);
+    }
+  }
+
+  function applyState(state) {
+    // A state read before events this page already shows would take the status line back in time.
+    if (!state || state.lastSeq < lastSeq) {
+      return;
+    }
+    view.reviewer = state.assignedReviewer || "";
+    view.setStatus(state.status, state.text);
+    if (state.final) {
+      view.setMetrics(state.metrics);
+    }
+  }
+
+  // ---- the socket -----------------------------------------------------------------------------------
+
+  function join() {
+    if (!socket || !socket.connected) {
+      return;
+    }
+    if (joining) {
+      joinAgain = true;
+      return;
+    }
+    joining = true;
+    socket.timeout(15000).emit("join_execution", { executionId, token, reviewerToken, afterSeq: lastSeq }, (error, answer) => {
+      joining = false;
+      if (error) {
+        setTimeout(join, 2000);
+        return;
+      }
+      if (!answer || !answer.ok) {
+        view.setConn("denied", (answer && answer.message) || "Not allowed");
+        socket.disconnect();
+        return;
+      }
+      view.canDecide = Boolean(answer.canDecide);
+      ingest(answer.events || []);
+      applyState(answer.state);
+      view.refreshCards();
+      root.dataset.joined = "true";
+      if (answer.more || joinAgain) {
+        joinAgain = false;
+        join();
+      }
+    });
+  }
+
+  function decide(form, decision) {
+    const card = form.closest("[data-checkpoint-id]");
+    const error = slot(form, "error");
+    const buttons = form.querySelectorAll("button");
+    buttons.forEach((button) => {
+      button.disabled = true;
+    });
+    error.hidden = true;
+    const request = {
+      executionId,
+      token,
+      reviewerToken,
+      checkpointId: card.dataset.checkpointId,
+      decision,
+      comment: form.elements.comment.value,
+      csrf,
+    };
+    socket.timeout(15000).emit("decide_checkpoint", request, (failure, answer) => {
+      buttons.forEach((button) => {
+        button.disabled = false;
+      });
+      if (!failure && answer && answer.ok) {
+        view.markDecided(card, answer.decision);
+        return;
+      }
+      const message = failure ? "No answer from the server; check the connection and try again." : answer.message;
+      error.textContent = message.charAt(0).toUpperCase() + message.slice(1);
+      error.hidden = false;
+      if (answer && answer.error === "already_decided") {
+        buttons.forEach((button) => {
+          button.disabled = true;
+        });
+      }
+    });
+  }
+
+  function connect() {
+    if (typeof window.io !== "function") {
+      view.setConn("offline", "Live updates unavailable: reload for news");
+      return;
+    }
+    view.setConn("connecting", "Connecting…");
+    const auth = token ? { executionId, token } : { executionId };
+    socket = window.io("/chat", { transports: ["websocket"], auth });
+    socket.on("connect", () => {
+      view.setConn("live", "Live");
+      join();
+    });
+    socket.on("connect_error", (error) => {
+      if (error && error.message === "unauthorized") {
+        view.setConn("denied", "Not allowed: sign in or use the full chat link");
+      } else {
+        view.setConn("offline", "Reconnecting…");
+      }
+    });
+    socket.on("disconnect", () => {
+      view.setConn("offline", "Reconnecting…");
+    });
+    socket.on("event", (message) => ingest([message]));
+    setInterval(() => {
+      if (!view.final && !joining) {
+        join();
+      }
+    }, RESYNC_MS);
+  }
+
+  // ---- start ----------------------------------------------------------------------------------------
+
+  document.getElementById("feed").addEventListener("submit", (event) => {
+    const form = event.target.closest("form.cp-form");
+    if (!form) {
+      return;
+    }
+    event.preventDefault();
+    const decision = event.submitter ? event.submitter.value : null;
+    if ((decision === "approve" || decision === "reject") && socket && socket.connected) {
+      decide(form, decision);
+    }
+  });
+  pill.addEventListener("click", () => {
+    toBottom(true);
+    hidePill();
+  });
+  window.addEventListener(
+    "scroll",
+    () => {
+      if (atBottom()) {
+        hidePill();
+      }
+    },
+    { passive: true },
+  );
+  if (!view.final) {
+    toBottom(false);
+  }
+  connect();
+})();

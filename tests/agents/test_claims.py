@@ -1,0 +1,122 @@
+"""agents.claims.claim_next: leases, fencing epochs, and exactly-once claiming under concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from agents.claims import Claim, claim_next
+from api.auth import Caller
+from api.schemas import CreateTaskIn
+from api.tasks import create_execution
+from core.db import Database
+from core.ids import new_id
+from core.models import ApiKey, Execution, utcnow
+from core.settings import Settings
+from tests.conftest import make_account
+
+
+async def new_executions(db: Database, settings: Settings, count: int) -> list[str]:
+    account = await make_account(db, settings, f"{new_id('u')}@example.com")
+    ids: list[str] = []
+    task = CreateTaskIn.model_validate(
+        {"taskName": "t", "taskDescription": "Write a note.", "testMode": "without-verification"}
+    )
+    for _ in range(count):
+        # One transaction each, so created_at (the claim order) differs.
+        async with db.transaction() as session:
+            key_id = await session.scalar(sa.select(ApiKey.id).where(ApiKey.user_id == account.user_id))
+            caller = Caller(account.user_id, account.email, str(key_id), frozenset({"eval:manage"}))
+            ids.append((await create_execution(session, caller, task, "offline")).id)
+    return ids
+
+
+async def execution(db: Database, execution_id: str) -> Execution:
+    async with db.reading() as session:
+        return await session.get_one(Execution, execution_id)
+
+
+async def set_fields(db: Database, execution_id: str, **values: Any) -> None:
+    async with db.transaction() as session:
+        await session.execute(sa.update(Execution).where(Execution.id == execution_id).values(**values))
+
+
+async def test_queued_execution_is_claimed_once(db: Database, settings: Settings) -> None:
+    (exe,) = await new_executions(db, settings, 1)
+    before = utcnow()
+    claim = await claim_next(db, "worker-a", 30)
+    assert claim == Claim(exe, 1)
+    row = await execution(db, exe)
+    assert row.status == "running"
+    assert row.worker_id == "worker-a"
+    assert row.lease_epoch == 1
+    assert row.lease_until is not None
+    assert before + timedelta(seconds=29) < row.lease_until <= utcnow() + timedelta(seconds=30)
+    assert row.started_at is not None and row.started_at >= before - timedelta(seconds=1)
+    # The lease is live: nobody else gets it, not even the same worker.
+    assert await claim_next(db, "worker-b", 30) is None
+    assert await claim_next(db, "worker-a", 30) is None
+    assert (await execution(db, exe)).worker_id == "worker-a"
+
+
+async def test_nothing_to_claim(db: Database) -> None:
+    assert await claim_next(db, "worker-a", 30) is None
+
+
+async def test_expired_lease_is_claimable_again_with_a_new_epoch(db: Database, settings: Settings) -> None:
+    (exe,) = await new_executions(db, settings, 1)
+    first = await claim_next(db, "worker-a", 30)
+    assert first is not None
+    started_at = (await execution(db, exe)).started_at
+    await set_fields(db, exe, lease_until=utcnow() - timedelta(seconds=1))
+    second = await claim_next(db, "worker-b", 30)
+    assert second == Claim(exe, first.epoch + 1)
+    row = await execution(db, exe)
+    assert (row.worker_id, row.lease_epoch, row.status) == ("worker-b", 2, "running")
+    assert row.started_at == started_at, "a re-claim keeps the first start time"
+    assert await claim_next(db, "worker-a", 30) is None
+
+
+async def test_running_without_a_lease_is_claimable(db: Database, settings: Settings) -> None:
+    """What review.decide leaves after an approval: running, worker and lease cleared."""
+    (exe,) = await new_executions(db, settings, 1)
+    await set_fields(db, exe, status="running", worker_id=None, lease_until=None, lease_epoch=4)
+    assert await claim_next(db, "worker-a", 30) == Claim(exe, 5)
+
+
+STOPPED = ("awaiting_review", "completed", "failed", "rejected", "cancelled")
+
+
+async def test_paused_or_finished_executions_are_never_claimed(db: Database, settings: Settings) -> None:
+    ids = await new_executions(db, settings, len(STOPPED))
+    for exe, status in zip(ids, STOPPED, strict=True):
+        await set_fields(db, exe, status=status, worker_id=None, lease_until=None)
+    assert await claim_next(db, "worker-a", 30) is None
+    for exe in ids:
+        await set_fields(db, exe, lease_until=utcnow() - timedelta(minutes=5))
+    assert await claim_next(db, "worker-a", 30) is None
+    for exe, status in zip(ids, STOPPED, strict=True):
+        row = await execution(db, exe)
+        assert (row.status, row.lease_epoch, row.worker_id) == (status, 0, None)
+
+
+async def test_oldest_runnable_first(db: Database, settings: Settings) -> None:
+    first, second, third = await new_executions(db, settings, 3)
+    await set_fields(db, first, status="awaiting_review")
+    claims = [await claim_next(db, "w", 30) for _ in range(3)]
+    assert [c.execution_id if c else None for c in claims] == [second, third, None]
+
+
+async def test_concurrent_claims_take_each_execution_exactly_once(db: Database, settings: Settings) -> None:
+    ids = await new_executions(db, settings, 5)
+    claims = await asyncio.gather(*(claim_next(db, f"worker-{n}", 30) for n in range(20)))
+    won = [c for c in claims if c is not None]
+    assert sorted(c.execution_id for c in won) == sorted(ids)
+    assert all(c.epoch == 1 for c in won)
+    for claim, worker in ((c, f"worker-{n}") for n, c in enumerate(claims) if c is not None):
+        row = await execution(db, claim.execution_id)
+        assert (row.worker_id, row.lease_epoch) == (worker, 1)
+    assert await claim_next(db, "late", 30) is None

@@ -1,0 +1,212 @@
+"""Every /api route, with every kind of credential → the expected status (spec §5, §7).
+
+Each route gets a fresh target in the state its success needs, so a refused request can be checked to
+have changed nothing and an allowed one to have done its work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from core.accounts import revoke_api_key
+from core.models import ApiKey, Execution, utcnow
+from tests.api.helpers import CREATE, account, add_key, assert_problem, decision_path, status_path, task
+from tests.api.rows import insert_execution
+from tests.conftest import Account, Service, bearer
+
+
+@dataclass(frozen=True)
+class Target:
+    execution_id: str
+    checkpoint_id: str
+
+
+@dataclass(frozen=True)
+class Route:
+    name: str
+    rule: tuple[str, str]  # (method, URL rule), to check that the table covers every /api route
+    scope: str
+    success: int
+    prepare: Callable[[Service, Account], Awaitable[Target]]
+    call: Callable[[Service, Target, dict[str, str]], Awaitable[Any]]
+
+
+async def queued(service: Service, owner: Account) -> Target:
+    execution_id, checkpoints = await insert_execution(service.db, owner, reviewer=owner.email, checkpoints=1)
+    return Target(execution_id, checkpoints[0])
+
+
+async def finished(service: Service, owner: Account) -> Target:
+    execution_id, checkpoints = await insert_execution(
+        service.db, owner, status="completed", reviewer=owner.email, checkpoints=1
+    )
+    return Target(execution_id, checkpoints[0])
+
+
+async def awaiting(service: Service, owner: Account) -> Target:
+    execution_id, checkpoints = await insert_execution(
+        service.db, owner, reviewer=owner.email, checkpoints=1, awaiting=True
+    )
+    return Target(execution_id, checkpoints[0])
+
+
+def executions_path(target: Target, action: str = "") -> str:
+    return f"/api/eval/executions/{target.execution_id}{'/' + action if action else ''}"
+
+
+ROUTES = [
+    Route(
+        "POST create-task-agent",
+        ("POST", "/api/eval/create-task-agent"),
+        "eval:create",
+        201,
+        queued,
+        lambda s, t, h: s.client.post(CREATE, json=task(), headers=h),
+    ),
+    Route(
+        "GET status",
+        ("GET", "/api/eval/status/<execution_id>"),
+        "eval:read",
+        200,
+        queued,
+        lambda s, t, h: s.client.get(status_path(t.execution_id), headers=h),
+    ),
+    Route(
+        "GET executions",
+        ("GET", "/api/eval/executions"),
+        "eval:read",
+        200,
+        queued,
+        lambda s, t, h: s.client.get("/api/eval/executions", headers=h),
+    ),
+    Route(
+        "PATCH execution",
+        ("PATCH", "/api/eval/executions/<execution_id>"),
+        "eval:manage",
+        200,
+        queued,
+        lambda s, t, h: s.client.patch(executions_path(t), json={"webhookUrl": "https://x.example.com/"}, headers=h),
+    ),
+    Route(
+        "POST cancel",
+        ("POST", "/api/eval/executions/<execution_id>/cancel"),
+        "eval:manage",
+        200,
+        queued,
+        lambda s, t, h: s.client.post(executions_path(t, "cancel"), headers=h),
+    ),
+    Route(
+        "DELETE execution",
+        ("DELETE", "/api/eval/executions/<execution_id>"),
+        "eval:manage",
+        204,
+        finished,
+        lambda s, t, h: s.client.delete(executions_path(t), headers=h),
+    ),
+    Route(
+        "POST decision",
+        ("POST", "/api/eval/executions/<execution_id>/checkpoints/<checkpoint_id>/decision"),
+        "eval:manage",
+        200,
+        awaiting,
+        lambda s, t, h: s.client.post(
+            decision_path(t.execution_id, t.checkpoint_id), json={"decision": "approve"}, headers=h
+        ),
+    ),
+]
+
+# A key with every scope but the one the route needs (eval:manage implies the other two).
+LACKING = {"eval:create": ("eval:read",), "eval:read": ("eval:create",), "eval:manage": ("eval:create", "eval:read")}
+
+
+@dataclass
+class Keys:
+    owner: Account
+    other: Account
+    lacking: dict[str, str]
+    revoked: str
+    expired: str
+
+
+async def make_keys(service: Service) -> Keys:
+    owner = await account(service, "owner@example.com", "eval:manage")
+    other = await account(service, "other@example.com", "eval:manage")
+    lacking = {scope: (await add_key(service, owner.email, *scopes))[1] for scope, scopes in LACKING.items()}
+    revoked_id, revoked = await add_key(service, owner.email, "eval:manage")
+    expired_id, expired = await add_key(service, owner.email, "eval:manage")
+    async with service.db.transaction() as session:
+        await revoke_api_key(session, revoked_id)
+        await session.execute(
+            sa.update(ApiKey).where(ApiKey.id == expired_id).values(expires_at=utcnow() - timedelta(seconds=1))
+        )
+    return Keys(owner, other, lacking, revoked, expired)
+
+
+# (case, headers for the route, expected status or None for the route's success, expected code)
+def cases(keys: Keys, route: Route) -> list[tuple[str, dict[str, str], int | None, str | None]]:
+    other_status = {"POST create-task-agent": 201, "GET executions": 200}.get(route.name, 404)
+    return [
+        ("owner key", bearer(keys.owner.key), None, None),
+        ("other user's key", bearer(keys.other.key), other_status, "not_found" if other_status == 404 else None),
+        ("key without the scope", bearer(keys.lacking[route.scope]), 403, "insufficient_scope"),
+        ("revoked key", bearer(keys.revoked), 401, "api_key_revoked"),
+        ("expired key", bearer(keys.expired), 401, "api_key_expired"),
+        ("malformed header", {"Authorization": f"Token {keys.owner.key}"}, 401, "malformed_authorization"),
+        ("no header", {}, 401, "missing_api_key"),
+    ]
+
+
+async def execution_state(service: Service, execution_id: str) -> tuple[str, str | None] | None:
+    async with service.db.reading() as session:
+        row = (
+            await session.execute(
+                sa.select(Execution.status, Execution.webhook_url).where(Execution.id == execution_id)
+            )
+        ).first()
+        return (row[0], row[1]) if row is not None else None
+
+
+async def test_authorization_matrix(api_only: Service, subtests: pytest.Subtests) -> None:
+    keys = await make_keys(api_only)
+    for route in ROUTES:
+        for case, headers, expected, code in cases(keys, route):
+            with subtests.test(msg=f"{route.name} with {case}"):
+                target = await route.prepare(api_only, keys.owner)
+                before = await execution_state(api_only, target.execution_id)
+                response = await route.call(api_only, target, headers)
+                status = expected if expected is not None else route.success
+                payload = await response.get_json() if response.status_code != 204 else None
+                assert response.status_code == status, payload
+                after = await execution_state(api_only, target.execution_id)
+                if status >= 400:
+                    title = {401: "Unauthorized", 403: "Access Denied", 404: "Not Found"}[status]
+                    assert_problem(response, payload, status, code or "?", title)
+                    if status == 401:
+                        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+                    assert after == before, "a refused request changed nothing"
+                elif route.name == "GET executions":
+                    ids = {item["executionId"] for item in payload["items"]}
+                    assert (target.execution_id in ids) == (case == "owner key")
+                elif route.scope == "eval:manage" and case == "owner key":
+                    assert after != before, "the allowed request did its work"
+
+
+# The API's description takes no key: it describes, it does not act (tests/api/test_openapi.py).
+PUBLIC_RULES = {("GET", "/api/openapi.json"), ("GET", "/api/docs")}
+
+
+def test_matrix_covers_every_api_route(api_only: Service) -> None:
+    served = {
+        (method, rule.rule)
+        for rule in api_only.app.url_map.iter_rules()
+        if rule.rule.startswith("/api/")
+        for method in rule.methods or ()
+        if method not in ("HEAD", "OPTIONS")
+    }
+    assert served == {route.rule for route in ROUTES} | PUBLIC_RULES, "add the new route to ROUTES"

@@ -1,0 +1,208 @@
+"""core.bus (in-process and Redis) and core.db's publish-after-commit."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from core.bus import Bus, InProcessBus, RedisBus, Subscription, make_bus
+from core.db import Database, publish_after_commit
+from core.ids import new_id
+from core.models import User
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def channel(name: str) -> str:
+    return f"vouch-test:{name}:{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["inprocess", "redis"])
+async def bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
+    made: Bus = InProcessBus() if request.param == "inprocess" else RedisBus(REDIS_URL)
+    yield made
+    await made.close()
+
+
+async def test_round_trip(bus: Bus) -> None:
+    ch = channel("round")
+    async with bus.subscribe(ch) as sub:
+        await bus.publish(ch, {"n": 1, "text": "héllo", "nested": {"a": [1, 2]}})
+        await bus.publish(ch, {"n": 2})
+        assert await sub.get(timeout=5) == {"n": 1, "text": "héllo", "nested": {"a": [1, 2]}}
+        assert await sub.get(timeout=5) == {"n": 2}
+
+
+async def test_get_times_out_with_none(bus: Bus) -> None:
+    async with bus.subscribe(channel("quiet")) as sub:
+        assert await sub.get(timeout=0.05) is None
+        assert await sub.get(timeout=0) is None
+
+
+async def test_messages_reach_only_that_channels_subscribers(bus: Bus) -> None:
+    a, b = channel("a"), channel("b")
+    async with bus.subscribe(a) as sub_a, bus.subscribe(b) as sub_b, bus.subscribe(a, b) as sub_ab:
+        await bus.publish(b, {"to": "b"})
+        await bus.publish(a, {"to": "a"})
+        assert await sub_a.get(timeout=5) == {"to": "a"}
+        assert await sub_b.get(timeout=5) == {"to": "b"}
+        assert {str((await sub_ab.get(timeout=5) or {}).get("to")) for _ in range(2)} == {"a", "b"}
+        # Nothing else is waiting for anyone.
+        for sub in (sub_a, sub_b, sub_ab):
+            assert await sub.get(timeout=0.05) is None
+
+
+async def test_every_subscriber_gets_its_copy(bus: Bus) -> None:
+    ch = channel("fanout")
+    async with bus.subscribe(ch) as one, bus.subscribe(ch) as two:
+        await bus.publish(ch, {"x": 1})
+        assert await one.get(timeout=5) == {"x": 1}
+        assert await two.get(timeout=5) == {"x": 1}
+
+
+async def test_subscribing_again_after_leaving(bus: Bus) -> None:
+    ch = channel("leave")
+    async with bus.subscribe(ch):
+        pass
+    async with bus.subscribe(ch) as second:
+        await bus.publish(ch, {"after": True})
+        assert await second.get(timeout=5) == {"after": True}
+
+
+async def test_redis_bus_crosses_connections() -> None:
+    """Two RedisBus objects stand for two processes."""
+    sender, receiver = RedisBus(REDIS_URL), RedisBus(REDIS_URL)
+    ch = channel("cross")
+    try:
+        async with receiver.subscribe(ch) as sub:
+            await sender.publish(ch, {"from": "another process"})
+            assert await sub.get(timeout=5) == {"from": "another process"}
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+def test_make_bus_chooses_by_setting() -> None:
+    assert isinstance(make_bus(None), InProcessBus)
+
+
+async def test_make_bus_redis() -> None:
+    bus = make_bus(REDIS_URL)
+    try:
+        assert isinstance(bus, RedisBus)
+    finally:
+        await bus.close()
+
+
+# --- publish after commit --------------------------------------------------------------------------
+
+
+class SpyBus:
+    """Records publishes; `on_publish` runs first and may raise."""
+
+    def __init__(self) -> None:
+        self.inner = InProcessBus()
+        self.published: list[tuple[str, dict[str, Any]]] = []
+        self.on_publish: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+
+    async def publish(self, channel: str, message: dict[str, Any]) -> None:
+        if self.on_publish is not None:
+            await self.on_publish(channel, message)
+        self.published.append((channel, message))
+        await self.inner.publish(channel, message)
+
+    def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]:
+        return self.inner.subscribe(*channels)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.fixture
+async def spied(database_url: str) -> AsyncIterator[tuple[Database, SpyBus]]:
+    spy = SpyBus()
+    database = Database(database_url, spy)
+    yield database, spy
+    await database.dispose()
+
+
+def a_user() -> User:
+    uid = new_id("usr")
+    return User(id=uid, email=f"{uid}@example.com")
+
+
+async def user_exists(db: Database, user_id: str) -> bool:
+    async with db.reading() as session:
+        return await session.get(User, user_id) is not None
+
+
+async def test_published_only_after_commit(spied: tuple[Database, SpyBus]) -> None:
+    db, spy = spied
+    user = a_user()
+    seen_committed: list[bool] = []
+
+    async def check_row_is_committed(_channel: str, _message: dict[str, Any]) -> None:
+        seen_committed.append(await user_exists(db, user.id))
+
+    spy.on_publish = check_row_is_committed
+    async with db.transaction() as session:
+        session.add(user)
+        publish_after_commit(session, "ch:one", {"userId": user.id})
+        publish_after_commit(session, "ch:two", {"n": 2})
+        await session.flush()
+        assert spy.published == []
+    assert spy.published == [("ch:one", {"userId": user.id}), ("ch:two", {"n": 2})]
+    assert seen_committed == [True, True], "a subscriber hearing the news must find the row"
+
+
+async def test_not_published_when_the_transaction_fails(spied: tuple[Database, SpyBus]) -> None:
+    db, spy = spied
+    user = a_user()
+    with pytest.raises(RuntimeError, match="boom"):
+        async with db.transaction() as session:
+            session.add(user)
+            publish_after_commit(session, "ch:never", {"userId": user.id})
+            await session.flush()
+            raise RuntimeError("boom")
+    assert spy.published == []
+    assert not await user_exists(db, user.id)
+    # The queue does not leak into the next transaction either.
+    async with db.transaction() as session:
+        publish_after_commit(session, "ch:next", {"n": 1})
+    assert spy.published == [("ch:next", {"n": 1})]
+
+
+async def test_not_published_when_commit_fails(spied: tuple[Database, SpyBus]) -> None:
+    db, spy = spied
+    user = a_user()
+    async with db.transaction() as session:
+        session.add(user)
+    duplicate = User(id=new_id("usr"), email=user.email)
+    with pytest.raises(sa.exc.IntegrityError):
+        async with db.transaction() as session:
+            session.add(duplicate)
+            publish_after_commit(session, "ch:dup", {"userId": duplicate.id})
+    assert spy.published == []
+
+
+async def test_a_failing_bus_does_not_undo_or_fail_a_commit(spied: tuple[Database, SpyBus]) -> None:
+    """The bus carries news only: once the rows are committed the caller must see success."""
+    db, spy = spied
+    user = a_user()
+
+    async def redis_blinks(channel: str, _message: dict[str, Any]) -> None:
+        if channel == "ch:first":
+            raise ConnectionError("bus is down")
+
+    spy.on_publish = redis_blinks
+    async with db.transaction() as session:
+        session.add(user)
+        publish_after_commit(session, "ch:first", {"n": 1})
+        publish_after_commit(session, "ch:second", {"n": 2})
+    assert await user_exists(db, user.id)
+    assert spy.published == [("ch:second", {"n": 2})]

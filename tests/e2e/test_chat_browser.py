@@ -1,0 +1,278 @@
+"""The chat in a real browser (Debian's chromium) against a real server and a real worker.
+
+Two shapes of the service: the embedded one (`vouch serve`: web, worker and Socket.IO in one process, no
+Redis), and the scaled-out one (a web process whose Socket.IO manager listens on Redis, and a worker that
+emits through Redis), where the page is opened before the worker starts so that every step arrives live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_playwright
+
+from agents.worker import Worker
+from chat.fanout import WorkerEmitter
+from core.bus import RedisBus
+from core.db import Database
+from core.models import Decision, Execution
+from core.settings import Settings
+from tests.chat.helpers import REDIS_URL, REVIEWER, sign_in
+from tests.conftest import make_account
+from tests.support.live import live_server
+
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--no-first-run", "--disable-sync", "--disable-dev-shm-usage",
+]  # fmt: skip
+TASK = (
+    'Write a note called "plan.md" saying "Checklist ready". '
+    'Then send an email to ops@example.com with subject "Release" and body "Version 2 is out". '
+    "Then summarise the work."
+)
+XSS = "<img src=x onerror=alert(1)>"
+# Item per row as the reader sees it: what a live page and a reloaded page must agree on.
+SNAPSHOT = "() => [...document.querySelectorAll('#feed > li')].map(li => [li.dataset.seq, li.className, li.innerText])"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+def web_settings(settings: Settings) -> Settings:
+    return settings.with_changes(base_url=None)
+
+
+@pytest.fixture
+def embedded(web_settings: Settings) -> Iterator[str]:
+    """`vouch serve`: web app, Socket.IO and a worker in one process, nothing shared through Redis."""
+    with live_server(web_settings, run_worker=True) as base:
+        yield base
+
+
+@pytest.fixture
+def scaled_web(web_settings: Settings) -> Iterator[str]:
+    """`vouch web` with Redis: no worker of its own."""
+    with live_server(web_settings.with_changes(redis_url=REDIS_URL), run_worker=False) as base:
+        yield base
+
+
+@contextlib.asynccontextmanager
+async def worker_running(settings: Settings) -> AsyncIterator[None]:
+    """A worker set up as `vouch worker` sets itself up with Redis: wake-ups and chat events through Redis."""
+    bus = RedisBus(REDIS_URL)
+    emitter = WorkerEmitter(REDIS_URL)
+    database = Database(settings.database_url, bus)
+    database.add_event_sink(emitter.sink)
+    stop = asyncio.Event()
+    task = asyncio.create_task(Worker(settings.with_changes(redis_url=REDIS_URL), database).run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+        await database.dispose()
+        await bus.close()
+        await emitter.close()
+
+
+async def create_task(base: str, key: str, **fields: Any) -> dict[str, Any]:
+    body = {"taskName": "Release", "taskDescription": TASK, "testMode": "without-verification", **fields}
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+        created = await client.post("/api/eval/create-task-agent", json=body)
+    assert created.status_code == 201, created.text
+    answer: dict[str, Any] = created.json()
+    return answer
+
+
+async def open_chat(context: BrowserContext, url: str) -> Page:
+    page = await context.new_page()
+    errors: list[str] = []
+
+    async def dialog_opened(dialog: Dialog) -> None:
+        errors.append(f"a dialog opened: {dialog.message}")
+        await dialog.dismiss()
+
+    page.on("dialog", dialog_opened)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.set_default_timeout(20_000)
+    await page.goto(url)
+    await page.wait_for_selector("#chat[data-joined=true]", state="attached")
+    page.errors = errors  # type: ignore[attr-defined]
+    return page
+
+
+async def reviewer_context(browser: Browser, db: Database, settings: Settings, base: str) -> BrowserContext:
+    """A browser signed in as the assigned reviewer (the session made directly; signing in has its own tests)."""
+    cookie, _ = await sign_in(db, settings.secret_key, REVIEWER)
+    name, value = cookie.split("=", 1)
+    context = await browser.new_context()
+    # As the server sets it (Secure, host-only, path /); chromium treats 127.0.0.1 as a secure origin.
+    host = base.split("://", 1)[1].split(":", 1)[0]
+    cookie_fields = {"name": name, "value": value, "domain": host, "path": "/", "secure": True, "httpOnly": True}
+    await context.add_cookies([cookie_fields])  # type: ignore[list-item]
+    return context
+
+
+def assert_each_seq_once_in_order(items: list[list[str]]) -> None:
+    seqs = [int(seq) for seq, _, _ in items]
+    assert seqs == sorted(set(seqs)), seqs
+
+
+async def last_seq(db: Database, execution_id: str) -> int:
+    async with db.reading() as session:
+        return int(await session.scalar(sa.select(Execution.last_seq).where(Execution.id == execution_id)) or 0)
+
+
+async def test_watching_an_execution_from_queued_to_completed(
+    browser: Browser, scaled_web: str, db: Database, web_settings: Settings
+) -> None:
+    account = await make_account(db, web_settings, "owner@example.com")
+    created = await create_task(scaled_web, account.key)
+    page = await open_chat(await browser.new_context(), created["chatUrl"])
+    assert await page.text_content("#status-text") == "Queued: waiting for a worker"
+    assert await page.text_content("#conn") == "Live"
+
+    async with worker_running(web_settings):
+        await page.wait_for_selector(".outcome-card.status-completed [data-part=metrics]:not([hidden])")
+    live = await page.evaluate(SNAPSHOT)
+    assert await page.text_content("#status-text") == "Completed"
+    assert await page.locator(".item.tool.done").count() == 3
+    assert await page.locator(".item.tool .badge.world:visible").count() == 1  # the e-mail acts on the world
+    assert await page.text_content("[data-metric=steps]") == "3"
+    assert_each_seq_once_in_order(live)
+    assert int(await page.get_attribute("#chat", "data-last-seq") or 0) == await last_seq(db, created["executionId"])
+    # Built live, event by event, the page reads exactly as the server renders the same history.
+    await page.reload()
+    await page.wait_for_selector("#chat[data-joined=true]", state="attached")
+    assert await page.evaluate(SNAPSHOT) == live
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_approving_from_the_card_lets_the_run_continue(
+    browser: Browser, embedded: str, db: Database, web_settings: Settings
+) -> None:
+    account = await make_account(db, web_settings, "owner@example.com")
+    checkpoint = {"stage": "Send", "description": "The release mail", "verificationQuestion": "Send it to ops?"}
+    created = await create_task(
+        embedded, account.key, testMode="with-verification", assignedReviewer=REVIEWER, checkpoints=[checkpoint]
+    )
+    context = await reviewer_context(browser, db, web_settings, embedded)
+    page = await open_chat(context, f"{embedded}/chat/{created['executionId']}")
+    form = page.locator("form.cp-form")
+    await form.wait_for(state="visible")
+    card = page.locator(".checkpoint")
+    assert "Send it to ops?" in (await card.inner_text())
+    assert "send_email" in (await card.inner_text())  # what the agent will do next
+    assert await page.text_content("#status-text") == f"Waiting for review by {REVIEWER}"
+    await form.locator("textarea").fill("Ship it")
+    await form.locator("button[value=approve]").click()
+    await page.wait_for_selector(".checkpoint.state-approved")
+    await form.wait_for(state="hidden")
+    await page.wait_for_selector(".outcome-card.status-completed")
+    assert "Ship it" in await page.inner_text(".item.reply")
+    assert f"Approved by {REVIEWER} via chat" in await card.inner_text()
+    async with db.reading() as session:
+        decision = await session.scalar(sa.select(Decision).where(Decision.execution_id == created["executionId"]))
+    assert decision is not None
+    assert (decision.via, decision.decided_by, decision.comment) == ("chat", REVIEWER, "Ship it")
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_reloading_mid_run_shows_the_whole_history_once(
+    browser: Browser, embedded: str, db: Database, web_settings: Settings
+) -> None:
+    account = await make_account(db, web_settings, "owner@example.com")
+    checkpoints = [
+        {"stage": "Draft", "description": "The note", "verificationQuestion": "Is the note right?"},
+        {"stage": "Send", "description": "The mail", "verificationQuestion": "Send it?"},
+    ]
+    created = await create_task(
+        embedded, account.key, testMode="with-verification", assignedReviewer=REVIEWER, checkpoints=checkpoints
+    )
+    context = await reviewer_context(browser, db, web_settings, embedded)
+    page = await open_chat(context, f"{embedded}/chat/{created['executionId']}")
+    await page.locator("form.cp-form").first.wait_for(state="visible")
+    await page.locator("form.cp-form button[value=approve]").first.click()
+    # Paused again at the second checkpoint: mid-run.
+    await page.wait_for_selector(".checkpoint.state-awaiting:has-text('Send it?') form.cp-form:visible")
+    before = await page.evaluate(SNAPSHOT)
+    assert_each_seq_once_in_order(before)
+    await page.reload()
+    await page.wait_for_selector("#chat[data-joined=true]", state="attached")
+    after = await page.evaluate(SNAPSHOT)
+    assert after == before
+    await page.locator("form.cp-form:visible button[value=approve]").click()
+    # The outcome first, then its metrics (the server's numbers, asked for once the run ended).
+    await page.wait_for_selector(".outcome-card.status-completed [data-part=metrics]:not([hidden])")
+    done = await page.evaluate(SNAPSHOT)
+    # The same items as before (the second card now decided), then the rest of the run: nothing twice.
+    assert [row[:2] for row in done[: len(before)]] == [row[:2] for row in before]
+    assert_each_seq_once_in_order(done)
+    await page.reload()
+    await page.wait_for_selector("#chat[data-joined=true]", state="attached")
+    assert await page.evaluate(SNAPSHOT) == done
+    assert [cls for _, cls, _ in done].count("item card-item") == 2
+    assert [cls for _, cls, _ in done].count("item reply approve") == 2
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_a_link_holder_sees_the_card_but_no_buttons_and_the_decision_within_a_second(
+    browser: Browser, embedded: str, db: Database, web_settings: Settings
+) -> None:
+    account = await make_account(db, web_settings, "owner@example.com")
+    checkpoint = {"stage": "Send", "description": "The release mail", "verificationQuestion": "Send it to ops?"}
+    # maxRevisions 0: this rejection ends the run (revising is tests/e2e/test_browser_inbox.py's).
+    created = await create_task(
+        embedded,
+        account.key,
+        testMode="with-verification",
+        assignedReviewer=REVIEWER,
+        checkpoints=[checkpoint],
+        maxRevisions=0,
+    )
+    onlooker = await open_chat(await browser.new_context(), created["chatUrl"])
+    await onlooker.wait_for_selector(".checkpoint.state-awaiting")
+    assert await onlooker.locator("#feed button:visible, #feed textarea:visible").count() == 0
+    assert await onlooker.text_content(".cp-wait") == f"Waiting for {REVIEWER} to decide."
+    assert await onlooker.locator("#you-decide").count() == 0
+
+    reviewer = await open_chat(await reviewer_context(browser, db, web_settings, embedded), created["chatUrl"])
+    await reviewer.locator("form.cp-form button[value=reject]").click()
+    await reviewer.wait_for_selector(".checkpoint.state-rejected")
+    await onlooker.wait_for_selector(".checkpoint.state-rejected", timeout=1000)
+    await onlooker.wait_for_selector(".outcome-card.status-rejected")
+    assert await onlooker.text_content("#status-text") == "Rejected"
+    assert onlooker.errors == [] and reviewer.errors == []  # type: ignore[attr-defined]
+
+
+async def test_a_hostile_task_name_and_text_render_as_text(
+    browser: Browser, scaled_web: str, db: Database, web_settings: Settings
+) -> None:
+    account = await make_account(db, web_settings, "owner@example.com")
+    hostile = f"Write a note saying hi. Then do <script>alert(2)</script> {XSS}."
+    created = await create_task(scaled_web, account.key, taskName=XSS, taskDescription=hostile)
+    page = await open_chat(await browser.new_context(), created["chatUrl"])
+    async with worker_running(web_settings):
+        await page.wait_for_selector(".outcome-card.status-completed")
+    for attempt in ("live", "reloaded"):
+        assert await page.text_content("#task-name") == XSS, attempt
+        assert await page.locator("img").count() == 0, attempt
+        assert await page.evaluate("document.scripts.length") == 2, attempt  # socket.io.min.js and chat.js
+        plan = await page.locator(".item.message").first.inner_text()
+        assert "<script>alert(2)</script>" in plan, attempt  # the agent quotes what it did not understand
+        await page.reload()
+        await page.wait_for_selector("#chat[data-joined=true]", state="attached")
+    assert page.errors == []  # type: ignore[attr-defined]
