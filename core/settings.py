@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import secrets
@@ -42,6 +43,21 @@ class Settings:
     # the Approve/Reject links of a review mail stay valid.
     inbound_smtp: str | None = None
     review_link_hours: float = 72.0
+    # Issue 6: an OpenAI-compatible server's base URL for `openai:<model>` (Ollama, vLLM, llama.cpp, LiteLLM);
+    # None: the provider's own variables (OPENAI_BASE_URL) or its public API.
+    agent_base_url: str | None = None
+    # Per-execution budgets; exceeding one ends the run `failed` with the reason.
+    agent_max_steps: int = 50
+    agent_max_seconds: float = 1800.0
+    agent_max_tokens: int = 200_000
+    # One model request's time limit, and how often a transient provider error is retried (with backoff).
+    agent_request_timeout_seconds: float = 120.0
+    agent_request_retries: int = 4
+    # Issue 6/7: CIDRs that outbound requests (the http_request tool, webhooks) may reach although private,
+    # loopback or link-local. Empty: only public addresses.
+    outbound_allowlist: tuple[str, ...] = ()
+    # Issue 7: one webhook attempt's time limit.
+    webhook_timeout_seconds: float = 15.0
 
     @property
     def is_sqlite(self) -> bool:
@@ -126,6 +142,18 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise SettingsError(f"{name} must be 1 or 0, not {raw!r}")
 
 
+def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    networks = []
+    for item in (env.get(name) or "").split(","):
+        if not item.strip():
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+        except ValueError:
+            raise SettingsError(f"{name}: {item.strip()!r} is not a CIDR such as 10.0.0.0/8 or 127.0.0.1/32") from None
+    return tuple(networks)
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     data_dir = Path(env.get("VOUCH_DATA_DIR") or "./var").resolve()
@@ -156,4 +184,12 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         review_escalation_minutes=_number(env, "VOUCH_REVIEW_ESCALATION_MINUTES", 240.0, 0.0),
         inbound_smtp=env.get("VOUCH_INBOUND_SMTP") or None,
         review_link_hours=_number(env, "VOUCH_REVIEW_LINK_HOURS", 72.0, 0.01),
+        agent_base_url=(env.get("VOUCH_AGENT_BASE_URL") or "").rstrip("/") or None,
+        agent_max_steps=int(_number(env, "VOUCH_AGENT_MAX_STEPS", 50, 1)),
+        agent_max_seconds=_number(env, "VOUCH_AGENT_MAX_SECONDS", 1800.0, 1.0),
+        agent_max_tokens=int(_number(env, "VOUCH_AGENT_MAX_TOKENS", 200_000, 1)),
+        agent_request_timeout_seconds=_number(env, "VOUCH_AGENT_REQUEST_TIMEOUT_SECONDS", 120.0, 0.1),
+        agent_request_retries=int(_number(env, "VOUCH_AGENT_REQUEST_RETRIES", 4, 0)),
+        outbound_allowlist=_networks(env, "VOUCH_OUTBOUND_ALLOWLIST"),
+        webhook_timeout_seconds=_number(env, "VOUCH_WEBHOOK_TIMEOUT_SECONDS", 15.0, 0.1),
     )
