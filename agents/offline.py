@@ -85,8 +85,7 @@ def revise(state: dict[str, Any], checkpoint_id: str, attempt: int, comment: str
     upcoming = gate_steps[cursor]["instruction"] if cursor < len(gate_steps) else "finish the task"
     said = comment if comment else "(no comment given)"
     return (
-        f"Revising after the reviewer's comment: {said}\n"
-        f"I will ask again before I {upcoming} (attempt {attempt + 1})."
+        f"Revising after the reviewer's comment: {said}\nI will ask again before I {upcoming} (attempt {attempt + 1})."
     )
 
 

@@ -9,19 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import offline
+from agents import llm, offline
 from agents.claims import Claim
-from agents.tools import TOOLS, ToolContext
+from agents.gates import gate_for_call
+from agents.llm import ProviderFailed
+from agents.model_names import ModelUnavailable
+from agents.model_steps import ModelDriver
+from agents.offline_steps import OfflineDriver
+from agents.policy import RunMode, describe_call, side_effect_of
+from agents.providers import ModelRegistry
+from agents.tool_base import ToolContext, ToolFailed
+from agents.tools import TOOLS
 from core.db import Database
 from core.events import append_event
 from core.ids import new_id
-from core.models import Checkpoint, Decision, Execution, ToolCall, utcnow
+from core.logs import execution_context
+from core.models import Checkpoint, Execution, ToolCall, utcnow
 from core.settings import Settings
 from review import decide
 from review.notify import checkpoint_awaiting
@@ -38,19 +49,29 @@ class AgentUnavailable(Exception):
     """The execution asks for an agent model this service cannot run."""
 
 
+class BudgetExceeded(Exception):
+    """The execution used up one of its budgets (steps, agent time, tokens)."""
+
+
 class ExecutionRunner:
-    def __init__(self, settings: Settings, db: Database, worker_id: str, claim: Claim) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, worker_id: str, claim: Claim, models: ModelRegistry | None = None
+    ) -> None:
         self.settings = settings
         self.db = db
         self.worker_id = worker_id
         self.claim = claim
         self.execution_id = claim.execution_id
+        self._own_models = models is None
+        self.models = models if models is not None else ModelRegistry(settings)
 
     async def run(self) -> None:
         # The agent runs in a task of its own so that the lease renewer can stop exactly it;
-        # asyncio.wait tells the agent's cancellation apart from our own.
-        agent = asyncio.create_task(self._drive_or_fail())
-        renewer = asyncio.create_task(self._renew_lease(agent))
+        # asyncio.wait tells the agent's cancellation apart from our own. Tasks copy the context:
+        # every line either logs names this execution.
+        with execution_context(self.execution_id):
+            agent = asyncio.create_task(self._drive_or_fail())
+            renewer = asyncio.create_task(self._renew_lease(agent))
         try:
             await asyncio.wait({agent})
         except asyncio.CancelledError:
@@ -60,6 +81,8 @@ class ExecutionRunner:
         finally:
             renewer.cancel()
             await asyncio.wait({renewer})
+            if self._own_models:
+                await self.models.aclose()
 
     async def _drive_or_fail(self) -> None:
         try:
@@ -70,7 +93,7 @@ class ExecutionRunner:
             log.exception("execution %s failed", self.execution_id)
             await self._fail(exc)
 
-    async def _fence(self, session: AsyncSession) -> None:
+    async def fence(self, session: AsyncSession) -> None:
         renewed = await session.execute(
             sa.update(Execution)
             .where(
@@ -90,7 +113,7 @@ class ExecutionRunner:
             await asyncio.sleep(self.settings.worker_lease_seconds / 3)
             try:
                 async with self.db.transaction() as session:
-                    await self._fence(session)
+                    await self.fence(session)
             except LeaseLost:
                 # Paused, finished, cancelled or taken over: a still-running agent must stop writing.
                 agent.cancel()
@@ -100,130 +123,105 @@ class ExecutionRunner:
 
     async def _drive(self) -> None:
         async with self.db.transaction() as session:
-            await self._fence(session)
+            await self.fence(session)
             execution = await session.get_one(Execution, self.execution_id)
+            checkpoints = await self.checkpoints(session)
             if execution.agent_state is None:
-                if execution.agent_model != offline.MODEL_NAME:
-                    raise AgentUnavailable(
-                        f"agent model {execution.agent_model!r} is not available; this service runs 'offline'"
-                    )
-                checkpoints = await self._checkpoints(session)
-                state = offline.initial_state(execution.task_description, checkpoints)
+                state = self._initial_state(execution, checkpoints)
                 execution.agent_state = state
                 await append_event(session, self.execution_id, "execution.started", {"worker": self.worker_id})
-                await append_event(session, self.execution_id, "agent.message", {"text": offline.plan_message(state)})
+                if state["agent"] == offline.MODEL_NAME:
+                    await append_event(
+                        session, self.execution_id, "agent.message", {"text": offline.plan_message(state)}
+                    )
             else:
                 state = dict(execution.agent_state)
                 await append_event(session, self.execution_id, "execution.resumed", {"worker": self.worker_id})
-                await self._take_rejections(session, execution, state)
-            without_verification = execution.test_mode == "without-verification"
-        while await self._advance(state, without_verification):
-            pass
+                if state["agent"] == offline.MODEL_NAME:
+                    await OfflineDriver.take_rejections(self, session, state)
+            mode = RunMode(
+                without_verification=execution.test_mode == "without-verification",
+                gate_actions=execution.auto_detect_checkpoints,
+            )
+        driver: OfflineDriver | ModelDriver
+        if state["agent"] == offline.MODEL_NAME:
+            driver = OfflineDriver(self, mode)
+        else:
+            driver = ModelDriver(self, self.models.get(state["model"]), mode)
+        while True:
+            self.enforce_budget(state)
+            if not await driver.advance(state):
+                break
 
-    async def _take_rejections(self, session: AsyncSession, execution: Execution, state: dict[str, Any]) -> None:
-        """Hand every rejection the agent has not seen yet to it, comment verbatim (review.decide sent us back)."""
-        rejected = await session.execute(
-            sa.select(Decision.checkpoint_id, Decision.attempt, Decision.comment)
-            .where(Decision.execution_id == self.execution_id, Decision.decision == "reject")
-            .order_by(Decision.decided_at)
+    def _initial_state(self, execution: Execution, checkpoints: list[Checkpoint]) -> dict[str, Any]:
+        budget = {
+            "steps": self.settings.agent_max_steps,
+            "seconds": self.settings.agent_max_seconds,
+            "tokens": self.settings.agent_max_tokens,
+        }
+        usage = {"steps": 0, "seconds": 0.0, "tokens": 0}
+        if execution.agent_model == offline.MODEL_NAME:
+            caller = [cp for cp in checkpoints if cp.origin == "caller"]
+            return {**offline.initial_state(execution.task_description, caller), "budget": budget, "usage": usage}
+        try:
+            self.models.get(execution.agent_model)
+        except ModelUnavailable as exc:
+            raise AgentUnavailable(str(exc)) from None
+        return {
+            "agent": "model",
+            "model": execution.agent_model,
+            "messages": llm.dump([llm.first_request(execution, checkpoints)]),
+            "pending": [],
+            "returns": [],
+            "nextStep": 0,
+            "budget": budget,
+            "usage": usage,
+        }
+
+    def spend(self, state: dict[str, Any], *, steps: int = 0, seconds: float = 0.0, tokens: int = 0) -> None:
+        """Count work against the execution's budgets (checked before each step by `enforce_budget`)."""
+        usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
+        usage["steps"] += steps
+        usage["seconds"] = round(usage["seconds"] + seconds, 3)
+        usage["tokens"] += tokens
+
+    def enforce_budget(self, state: dict[str, Any]) -> None:
+        usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
+        budget = state.setdefault(
+            "budget",
+            {
+                "steps": self.settings.agent_max_steps,
+                "seconds": self.settings.agent_max_seconds,
+                "tokens": self.settings.agent_max_tokens,
+            },
         )
-        for checkpoint_id, attempt, comment in rejected.all():
-            if not offline.revised(state, checkpoint_id, attempt):
-                text = offline.revise(state, checkpoint_id, attempt, comment)
-                await append_event(
-                    session,
-                    self.execution_id,
-                    "agent.message",
-                    {"text": text, "revision": {"checkpointId": checkpoint_id, "attempt": attempt, "comment": comment}},
-                )
-        execution.agent_state = dict(state)
+        for name, unit in (("steps", "steps"), ("seconds", "seconds of agent time"), ("tokens", "tokens")):
+            if usage[name] >= budget[name]:
+                raise BudgetExceeded(f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
 
-    async def _checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
+    async def checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         rows = await session.scalars(
             sa.select(Checkpoint).where(Checkpoint.execution_id == self.execution_id).order_by(Checkpoint.position)
         )
         return list(rows)
 
-    async def _advance(self, state: dict[str, Any], without_verification: bool) -> bool:
-        """Take the next step; False once the execution paused or ended."""
-        cursor: int = state["cursor"]
-        plan: list[dict[str, Any]] = state["plan"]
-        async with self.db.transaction() as session:
-            await self._fence(session)
-            gate = await self._due_checkpoint(session, state["gates"], cursor)
-            if gate is not None:
-                if without_verification:
-                    await decide(session, gate.id, "approve", by="vouch", via="auto")
-                    return True
-                await self._pause(session, gate, plan[cursor] if cursor < len(plan) else None)
-                return False
-            if cursor >= len(plan):
-                await self._finish(session, state)
-                return False
-            step = plan[cursor]
-            call = await session.scalar(
-                sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
-            )
-            if call is None:
-                call = ToolCall(
-                    id=new_id("call"),
-                    execution_id=self.execution_id,
-                    step_index=cursor,
-                    tool=step["tool"],
-                    args=step["args"],
-                    status="started",
-                    started_at=utcnow(),
-                )
-                session.add(call)
-                await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
-                await append_event(
-                    session,
-                    self.execution_id,
-                    "tool.call",
-                    {
-                        "toolCallId": call.id,
-                        "tool": call.tool,
-                        "args": call.args,
-                        "actsOnWorld": TOOLS[call.tool].acts_on_world,
-                    },
-                )
-        tool = TOOLS[step["tool"]]
-        outcome = await tool.perform(step["args"], call.started_at)
-        async with self.db.transaction() as session:
-            await self._fence(session)
-            ctx = ToolContext(session, self.settings, self.execution_id, call.id, call.started_at)
-            result = await tool.record(ctx, step["args"], outcome)
-            finished = utcnow()
-            duration_ms = round((finished - call.started_at).total_seconds() * 1000, 3)
-            await session.execute(
-                sa.update(ToolCall)
-                .where(ToolCall.id == call.id)
-                .values(status="succeeded", result=result, finished_at=finished)
-            )
-            state["cursor"] = cursor + 1
-            await session.execute(
-                sa.update(Execution).where(Execution.id == self.execution_id).values(agent_state=dict(state))
-            )
-            await append_event(
-                session,
-                self.execution_id,
-                "tool.result",
-                {"toolCallId": call.id, "tool": call.tool, "result": result, "durationMs": duration_ms},
-            )
-        return True
-
-    async def _due_checkpoint(self, session: AsyncSession, gates: list[int], cursor: int) -> Checkpoint | None:
-        pending = await session.scalar(
-            sa.select(Checkpoint)
-            .where(Checkpoint.execution_id == self.execution_id, Checkpoint.status == "pending")
-            .order_by(Checkpoint.position)
-            .limit(1)
+    async def save(self, session: AsyncSession, state: dict[str, Any]) -> None:
+        await session.execute(
+            sa.update(Execution).where(Execution.id == self.execution_id).values(agent_state=dict(state))
         )
-        if pending is None or pending.position >= len(gates) or gates[pending.position] > cursor:
-            return None
-        return pending
 
-    async def _pause(self, session: AsyncSession, checkpoint: Checkpoint, next_step: dict[str, Any] | None) -> None:
+    async def pass_or_pause(
+        self, session: AsyncSession, checkpoint: Checkpoint, next_action: dict[str, Any], mode: RunMode
+    ) -> bool:
+        """Without verification the checkpoint is recorded auto-approved and the agent goes on (True);
+        with it, the execution pauses here (False)."""
+        if mode.without_verification:
+            await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+            return True
+        await self.pause(session, checkpoint, next_action)
+        return False
+
+    async def pause(self, session: AsyncSession, checkpoint: Checkpoint, next_action: dict[str, Any]) -> None:
         now = utcnow()
         checkpoint.status, checkpoint.awaiting_since = "awaiting_review", now
         # Let go of the execution entirely: the pause is these rows, not a waiting coroutine.
@@ -244,29 +242,125 @@ class ExecutionRunner:
                 "verificationQuestion": checkpoint.verification_question,
                 "origin": checkpoint.origin,
                 "attempt": checkpoint.attempt,
-                "nextAction": (
-                    {
-                        "tool": next_step["tool"],
-                        "args": next_step["args"],
-                        "instruction": next_step["instruction"],
-                    }
-                    if next_step is not None
-                    else {"tool": "finish", "args": {}, "instruction": "finish the task"}
-                ),
+                "toolCallId": checkpoint.tool_call_id,
+                "nextAction": next_action,
             },
         )
         # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.
         await schedule_timers(session, self.settings, self.execution_id, checkpoint, now)
         # The review mail (links + reply token), queued in this same transaction: exactly once per attempt.
-        await checkpoint_awaiting(session, self.settings, self.execution_id, checkpoint, next_step)
+        await checkpoint_awaiting(session, self.settings, self.execution_id, checkpoint, next_action)
 
-    async def _finish(self, session: AsyncSession, state: dict[str, Any]) -> None:
-        calls = await session.scalars(
-            sa.select(ToolCall)
-            .where(ToolCall.execution_id == self.execution_id, ToolCall.status == "succeeded")
-            .order_by(ToolCall.step_index)
+    async def open_call(
+        self,
+        session: AsyncSession,
+        state: dict[str, Any],
+        index: int,
+        tool: str,
+        args: dict[str, Any],
+        provider_call_id: str | None = None,
+    ) -> ToolCall:
+        """The call's row, made once: its intent is on record before anything is performed."""
+        call = await session.scalar(
+            sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == index)
         )
-        result = offline.final_result(state, [(c.tool, c.result or {}) for c in calls])
+        if call is not None:
+            return call
+        call = ToolCall(
+            id=new_id("call"),
+            execution_id=self.execution_id,
+            step_index=index,
+            tool=tool,
+            args=args,
+            provider_call_id=provider_call_id,
+            status="proposed",
+            started_at=utcnow(),
+        )
+        session.add(call)
+        await session.flush()
+        await append_event(
+            session,
+            self.execution_id,
+            "tool.call",
+            {"toolCallId": call.id, "tool": tool, "args": args, "actsOnWorld": TOOLS[tool].acts_on_world},
+        )
+        return call
+
+    async def gate(
+        self, session: AsyncSession, call: ToolCall, mode: RunMode, next_action: dict[str, Any]
+    ) -> Checkpoint | None:
+        """With autoDetectCheckpoints, the checkpoint a call of a tool that acts on the world must pass first;
+        None when the call needs no review or has passed it."""
+        effect = side_effect_of(call.tool, call.args)
+        if not mode.gate_actions or effect is None or not TOOLS[call.tool].acts_on_world:
+            return None
+        bound = await session.scalar(
+            sa.select(Checkpoint).where(Checkpoint.tool_call_id == call.id, Checkpoint.stage == effect.stage)
+        )
+        if bound is not None and bound.status in ("approved", "auto_approved"):
+            return None
+        checkpoint = bound or await gate_for_call(
+            session, self.execution_id, call.id, effect, describe_call(call.tool, call.args)
+        )
+        if mode.without_verification:
+            await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+            return None
+        return checkpoint
+
+    async def start_call(self, session: AsyncSession, call: ToolCall) -> None:
+        """Mark the call started in the transaction that let it through: its intent is on record before it acts,
+        so a worker that finds it started, without a result, knows the outcome is unknown."""
+        call.status = "started"
+        await session.flush()
+
+    async def run_call(
+        self, state: dict[str, Any], call: ToolCall, after: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Perform a started call and record its result with the agent's progress (`after` updates the state) in one
+        transaction. Returns the result, or {"error": ...} when the tool failed; the model sees either."""
+        tool = TOOLS[call.tool]
+        started = call.started_at
+        began = time.perf_counter()
+        error: str | None = None
+        outcome: Any = None
+        try:
+            outcome = await tool.perform(self.settings, call.args, started)
+        except ToolFailed as exc:
+            error = str(exc)
+        async with self.db.transaction() as session:
+            await self.fence(session)
+            result: dict[str, Any] | None = None
+            if error is None:
+                try:
+                    result = await tool.record(
+                        ToolContext(session, self.settings, self.execution_id, call.id, started), call.args, outcome
+                    )
+                except ToolFailed as exc:
+                    error = str(exc)
+            elapsed = time.perf_counter() - began
+            await session.execute(
+                sa.update(ToolCall)
+                .where(ToolCall.id == call.id)
+                .values(status="failed" if error else "succeeded", result=result, error=error, finished_at=utcnow())
+            )
+            answer = {"error": error} if error is not None else (result or {})
+            after(answer)
+            self.spend(state, seconds=elapsed)
+            await self.save(session, state)
+            await append_event(
+                session,
+                self.execution_id,
+                "tool.result",
+                {
+                    "toolCallId": call.id,
+                    "tool": call.tool,
+                    **({"error": error} if error is not None else {"result": result}),
+                    "durationMs": round(elapsed * 1000, 3),
+                },
+            )
+        return answer
+
+    async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
         now = utcnow()
         await session.execute(
             sa.update(Execution)
@@ -277,10 +371,13 @@ class ExecutionRunner:
         await append_event(session, self.execution_id, "execution.completed", {"status": "completed", "result": result})
 
     async def _fail(self, exc: Exception) -> None:
-        message = str(exc) if isinstance(exc, AgentUnavailable) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, AgentUnavailable | BudgetExceeded | ProviderFailed):
+            message = str(exc)
+        else:
+            message = f"{type(exc).__name__}: {exc}"
         try:
             async with self.db.transaction() as session:
-                await self._fence(session)
+                await self.fence(session)
                 await session.execute(
                     sa.update(Execution)
                     .where(Execution.id == self.execution_id)

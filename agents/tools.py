@@ -10,42 +10,30 @@ exactly-once.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.http_tool import HttpRequest
+from agents.tool_base import Tool, ToolContext, ToolFailed, schema
 from core.mail import enqueue_mail
 from core.models import ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
 
 
-@dataclass
-class ToolContext:
-    session: AsyncSession
-    settings: Settings
-    execution_id: str
-    tool_call_id: str
-    started_at: datetime
-
-
-class Tool:
-    name: ClassVar[str]
-    acts_on_world: ClassVar[bool] = False
-
-    async def perform(self, args: dict[str, Any], started_at: datetime) -> Any:
-        """Work done outside any transaction; must be safe to redo after a crash."""
-        return None
-
-    async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
-        raise NotImplementedError
-
-
 class SendEmail(Tool):
     name = "send_email"
     acts_on_world = True
+    description = "Send an e-mail. It is queued in the service's outbox and sent once."
+    parameters = schema(
+        {
+            "to": {"type": "string", "description": "recipient address"},
+            "subject": {"type": "string"},
+            "body": {"type": "string", "description": "plain text"},
+        },
+        ["to", "subject", "body"],
+    )
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         message = await enqueue_mail(
@@ -68,6 +56,8 @@ class SendEmail(Tool):
 
 class WriteFile(Tool):
     name = "write_file"
+    description = "Write a text file to this task's workspace (replacing it if it exists)."
+    parameters = schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"])
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         path, content = str(args["path"]), str(args["content"])
@@ -79,8 +69,35 @@ class WriteFile(Tool):
         return {"path": path, "bytes": len(content.encode())}
 
 
+class ReadFile(Tool):
+    name = "read_file"
+    description = "Read a text file from this task's workspace."
+    parameters = schema({"path": {"type": "string"}}, ["path"])
+
+    async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
+        path = str(args["path"])
+        found = await ctx.session.get(WorkspaceFile, (ctx.execution_id, path))
+        if found is None:
+            raise ToolFailed(f"no file {path!r} in the workspace")
+        return {"path": path, "content": found.content}
+
+
+class ListFiles(Tool):
+    name = "list_files"
+    description = "List the files in this task's workspace with their sizes."
+
+    async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
+        rows = await ctx.session.execute(
+            sa.select(WorkspaceFile.path, sa.func.length(WorkspaceFile.content))
+            .where(WorkspaceFile.execution_id == ctx.execution_id)
+            .order_by(WorkspaceFile.path)
+        )
+        return {"files": [{"path": path, "chars": size} for path, size in rows.all()]}
+
+
 class Summarise(Tool):
     name = "summarise"
+    description = "Summarise what has been done so far."
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         done = await ctx.session.scalars(
@@ -95,8 +112,10 @@ class Summarise(Tool):
 
 class Wait(Tool):
     name = "wait"
+    description = "Wait a number of seconds (at most 300)."
+    parameters = schema({"seconds": {"type": "number", "minimum": 0, "maximum": 300}}, ["seconds"])
 
-    async def perform(self, args: dict[str, Any], started_at: datetime) -> Any:
+    async def perform(self, settings: Settings, args: dict[str, Any], started_at: datetime) -> Any:
         # Measured from the durable start, so a resumed wait only waits what is left.
         remaining = float(args["seconds"]) - (utcnow() - started_at).total_seconds()
         if remaining > 0:
@@ -116,7 +135,15 @@ def describe_result(tool: str, result: dict[str, Any]) -> str:
         return f"waited {result.get('waitedSeconds')} s"
     if tool == "summarise":
         return "summarised the work"
+    if tool == "http_request":
+        return f"{result.get('method')} {result.get('url')} answered {result.get('status')}"
+    if tool == "read_file":
+        return f"read {result.get('path')}"
+    if tool == "list_files":
+        return f"listed {len(result.get('files', []))} file(s)"
     return f"ran {tool}"
 
 
-TOOLS: dict[str, Tool] = {tool.name: tool for tool in (SendEmail(), WriteFile(), Summarise(), Wait())}
+TOOLS: dict[str, Tool] = {
+    tool.name: tool for tool in (SendEmail(), HttpRequest(), WriteFile(), ReadFile(), ListFiles(), Summarise(), Wait())
+}

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 
 from agents.claims import claim_next
+from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
 from core.mail import run_mail_dispatcher
 from core.settings import Settings
+from core.webhook_sender import run_webhook_dispatcher
 from review.inbound import InboundListener
 from review.timers import run_review_timers
 
@@ -33,7 +36,10 @@ class Worker:
         self.settings = settings
         self.db = db
         self.worker_id = worker_id or default_worker_id()
+        self.models = ModelRegistry(settings)
         self._running: set[asyncio.Task[None]] = set()
+        # The runs of this worker by execution id: a cancel on the bus stops exactly that one.
+        self._runs: dict[str, asyncio.Task[None]] = {}
         self._kick = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -46,6 +52,8 @@ class Worker:
             asyncio.create_task(self._listen_for_wakeups()),
             asyncio.create_task(run_review_timers(self.db, self.settings, stop)),
         ]
+        # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
+        helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))
         if self.settings.smtp_url:
             helpers.append(
                 asyncio.create_task(
@@ -67,6 +75,7 @@ class Worker:
             await asyncio.gather(*self._running, *helpers, stopper, return_exceptions=True)
             if inbound is not None:
                 await inbound.stop()
+            await self.models.aclose()
             log.info("worker %s stopped", self.worker_id)
 
     async def _fill(self) -> None:
@@ -78,12 +87,16 @@ class Worker:
                 return
             if claim is None:
                 return
-            task = asyncio.create_task(ExecutionRunner(self.settings, self.db, self.worker_id, claim).run())
+            runner = ExecutionRunner(self.settings, self.db, self.worker_id, claim, self.models)
+            task = asyncio.create_task(runner.run())
             self._running.add(task)
-            task.add_done_callback(self._finished)
+            self._runs[claim.execution_id] = task
+            task.add_done_callback(functools.partial(self._finished, claim.execution_id))
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, execution_id: str, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
+        if self._runs.get(execution_id) is task:
+            del self._runs[execution_id]
         self._kick.set()
 
     async def _listen_for_wakeups(self) -> None:
@@ -91,8 +104,15 @@ class Worker:
             try:
                 async with self.db.bus.subscribe(WAKE_CHANNEL) as wake:
                     while True:
-                        if await wake.get(timeout=None) is not None:
-                            self._kick.set()
+                        message = await wake.get(timeout=None)
+                        if message is None:
+                            continue
+                        if message.get("cancelled"):
+                            # The cancel is committed; the run stops now rather than at its next step.
+                            run = self._runs.get(str(message.get("executionId")))
+                            if run is not None:
+                                run.cancel()
+                        self._kick.set()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -18,6 +18,7 @@ from werkzeug.exceptions import (
     RequestEntityTooLarge,
 )
 
+from api.operations import install_operations, ops_metrics
 from api.problems import ApiError
 from api.ratelimit import make_rate_limiter
 from api.ratelimit_http import add_rate_limit_headers
@@ -43,6 +44,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["JSON_SORT_KEYS"] = False
     install_request_ids(app)  # first, so that every later hook's log lines carry the id
+    install_operations(app)  # /metrics and /readyz; counts, times and logs every request
 
     @app.before_request
     async def refuse_large_bodies() -> None:
@@ -69,6 +71,9 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     app.register_blueprint(tasks_blueprint)
     app.register_blueprint(decisions_blueprint)
     app.register_blueprint(executions_blueprint)
+    from api.webhooks import blueprint as webhooks_blueprint
+
+    app.register_blueprint(webhooks_blueprint)  # /api/eval/executions/<id>/webhook/redeliver
     from api.apidocs import blueprint as apidocs_blueprint
 
     app.register_blueprint(apidocs_blueprint)  # /api/openapi.json and /api/docs
@@ -164,4 +169,8 @@ def create_asgi_app(settings: Settings, *, run_worker: bool = False) -> Any:
     (`vouch serve`, `vouch web`, and the tests' live servers)."""
     from chat.socket import mount_chat
 
-    return mount_chat(create_app(settings, run_worker=run_worker), settings)
+    app = create_app(settings, run_worker=run_worker)
+    asgi = mount_chat(app, settings)
+    # socketio.ASGIApp keeps the Socket.IO server as its engineio_server: /metrics counts its connections.
+    ops_metrics(app).socketio_server = asgi.engineio_server
+    return asgi

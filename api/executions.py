@@ -22,6 +22,8 @@ from api.schemas import REVIEWER_REQUIRED, ExecutionPatchIn, parse_body, reviewe
 from api.services import db_session, services
 from api.status import status_record
 from api.tasks import execution_chat_url, json_body, owned_execution
+from core.bus import WAKE_CHANNEL
+from core.db import publish_after_commit
 from core.events import append_event, isoformat
 from core.models import Checkpoint, Execution, utcnow
 from review.decisions import FINAL_STATUSES
@@ -184,8 +186,9 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
 async def cancel_execution(execution_id: str) -> dict[str, Any]:
     """Stop an execution that is queued, running or awaiting review.
 
-    A running worker notices at its next step: every step's transaction first checks that the
-    execution is still `running` under its claim. Checkpoints left waiting stay as they are, and a
+    A running worker is told over the bus and stops the agent at once, mid-request or mid-tool; had it
+    missed the message, its next step's transaction would refuse (each checks that the execution is
+    still `running` under its claim). Checkpoints left waiting stay as they are, and a
     later decision on them is refused (409) because the execution no longer waits.
     """
     caller, session = current_caller(), db_session()
@@ -200,6 +203,7 @@ async def cancel_execution(execution_id: str) -> dict[str, Any]:
         await session.refresh(execution)
         raise _finished(execution_id, execution.status, "only queued, running or awaiting_review executions cancel")
     await append_event(session, execution_id, "execution.cancelled", {"status": "cancelled", "by": caller.email})
+    publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id, "cancelled": True})
     return await _status_answer(session, execution)
 
 

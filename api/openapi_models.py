@@ -83,14 +83,89 @@ class CheckpointOut(_Out):
     attempts: list[AttemptOut] = Field(description="Every decided attempt, oldest first.")
 
 
+class ReviewLatencyOut(_Out):
+    """How long one attempt of one checkpoint waited for its decision."""
+
+    checkpointId: CheckpointId
+    attempt: int = Field(ge=1, description="The attempt of the checkpoint.")
+    ms: int = Field(ge=0, description="Milliseconds from the pause to the decision (so far, while it waits).")
+
+
 class MetricsOut(_Out):
-    """Performance metrics of an execution; they grow while it runs."""
+    """Performance metrics of an execution, computed from its stored events (the same from any process);
+    they grow while it runs (open intervals run to now)."""
 
     durationMs: int | None = Field(description="From creation to completion (or to now while it runs).")
-    agentMs: int = Field(ge=0, description="Time spent in the agent's tool calls.")
-    reviewWaitMs: int = Field(ge=0, description="Time spent waiting for reviewers.")
-    steps: int = Field(ge=0, description="Steps the agent completed.")
+    agentMs: int = Field(
+        ge=0, description="Time the agent worked: the sum of its model requests' and tool calls' durations."
+    )
+    reviewWaitMs: int = Field(
+        ge=0, description="Time spent waiting for reviewers, over every attempt of every checkpoint."
+    )
+    timeToFirstEventMs: int | None = Field(
+        description="From creation to the agent's first message, tool call or model request; null before."
+    )
+    steps: int = Field(ge=0, description="Tool steps the agent finished (failed ones included).")
+    modelRequests: int = Field(ge=0, description="Requests made to the language model (0 for the offline agent).")
+    inputTokens: int = Field(ge=0, description="Input tokens over all model requests.")
+    outputTokens: int = Field(ge=0, description="Output tokens over all model requests.")
     toolCalls: int = Field(ge=0, description="Tool calls the agent started.")
+    toolCallsByTool: dict[str, int] = Field(description="Tool calls started, per tool name.")
+    checkpointsApproved: int = Field(ge=0, description="Approve decisions, automatic passes included.")
+    checkpointsRejected: int = Field(ge=0, description="Reject decisions: one per rejected attempt.")
+    revisions: int = Field(ge=0, description="Rejections the agent went back to revise after.")
+    reviewLatencyMs: list[ReviewLatencyOut] = Field(
+        description="Each waited checkpoint attempt, in the order the waits began; their sum is `reviewWaitMs`."
+    )
+    costUsd: float | None = Field(
+        description="Price of the model requests in US dollars; null when any request's price is unknown "
+        "or when no request was made."
+    )
+
+
+class WebhookAttemptOut(_Out):
+    """One HTTP attempt of a webhook delivery."""
+
+    number: int = Field(ge=1, description="1 for the first attempt, then one more per retry.")
+    at: datetime = Field(description="When the attempt began.")
+    statusCode: int | None = Field(description="The receiver's HTTP status; null when no answer came.")
+    latencyMs: int | None = Field(description="Milliseconds from sending to the end of the answer (or the error).")
+    response: str | None = Field(description="The first KiB of the answer's body.")
+    error: str | None = Field(
+        description="Why the attempt failed (a status, timeout, network error or a refused private address); "
+        "null on success."
+    )
+
+
+class WebhookDeliveryOut(_Out):
+    """One webhook message and its attempts; its id is the `webhook-id` header, the same on every retry."""
+
+    webhookId: str = Field(description="The message id, sent as `webhook-id`.")
+    type: Literal["execution.completed", "checkpoint.awaiting_review", "checkpoint.decided"] = Field(
+        description="The event type in the body."
+    )
+    status: Literal["pending", "succeeded", "failed"] = Field(
+        description="`pending` until a 2xx (`succeeded`), a 410, a refused target or the last retry (`failed`)."
+    )
+    createdAt: CreatedAt
+    nextAttemptAt: datetime | None = Field(description="When the next attempt is due, while pending.")
+    finishedAt: datetime | None = Field(description="When it succeeded or was given up.")
+    attempts: list[WebhookAttemptOut] = Field(description="Every attempt, oldest first.")
+
+
+class WebhookLogOut(_Out):
+    """The execution's webhook and its delivery log."""
+
+    url: str | None = Field(description="`webhookUrl`; null when none was given.")
+    deliveries: list[WebhookDeliveryOut] = Field(description="Every delivery, oldest first (redeliveries too).")
+
+
+class RedeliveryOut(_Out):
+    """A redelivery queued: a new message (new `webhook-id`) with the completion notification."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    webhookId: str = Field(description="The new message's id; it shows in the status record's `webhook.deliveries`.")
 
 
 class StatusRecordOut(_Out):
@@ -111,6 +186,7 @@ class StatusRecordOut(_Out):
     result: dict[str, Any] | None = Field(description="The agent's result once completed: `summary`, `steps`, ….")
     error: str | None = Field(description="Why it failed, when it failed.")
     metrics: MetricsOut = Field(description="Performance metrics, so far.")
+    webhook: WebhookLogOut = Field(description="The webhook URL and each delivery with its attempts.")
 
 
 class ExecutionSummaryOut(_Out):
@@ -172,5 +248,6 @@ RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     StatusRecordOut,
     ExecutionListOut,
     DecisionAnswerOut,
+    RedeliveryOut,
     Problem,
 )

@@ -35,7 +35,11 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         "The execution ended (cancelled, failed); the checkpoint will not be reached.",
     ),
     "execution_finished": (409, "The execution has finished; it can no longer change or be cancelled."),
-    "execution_not_finished": (409, "The execution has not finished; cancel it first, then delete it."),
+    "execution_not_finished": (
+        409,
+        "The execution has not finished: cancel it before deleting it; its completion is sent once it finishes.",
+    ),
+    "webhook_not_configured": (409, "The execution has no `webhookUrl`; there is nothing to redeliver."),
     "idempotency_key_in_use": (409, "The first request with this `Idempotency-Key` is still running; retry shortly."),
     "content_too_large": (413, "The body is larger than 1 MiB."),
     "unsupported_media_type": (415, "The body was not sent as `Content-Type: application/json`."),
@@ -266,6 +270,25 @@ OPERATIONS: tuple[Operation, ...] = (
         parameters=("ExecutionId", "CheckpointId"),
         body_schema="DecisionIn",
         body_examples={"approve": {"summary": "Approve", "value": {"decision": "approve", "comment": "looks right"}}},
+    ),
+    Operation(
+        "post",
+        "/api/eval/executions/{executionId}/webhook/redeliver",
+        "redeliverWebhook",
+        "Manage",
+        "Send the completion webhook again",
+        "Queues the completion notification (`execution.completed`) of a finished execution again, as a new "
+        "message with a new `webhook-id`, to the execution's `webhookUrl`; it is retried like the first. Its "
+        "attempts show in the status record's `webhook.deliveries`. An execution without a `webhookUrl`, or one "
+        "that has not finished, is a 409. No body is read.\n\n"
+        "Every webhook is signed per Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature`) "
+        "with your account's `whsec_…` secret, shown on the account's webhook page.",
+        "eval:manage",
+        202,
+        "RedeliveryOut",
+        "Queued: the new message's id.",
+        problems=(*_KEYED, "not_found", "webhook_not_configured", "execution_not_finished"),
+        parameters=("ExecutionId",),
     ),
     Operation(
         "get",

@@ -24,7 +24,14 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "taskDescription": {"description": "What the agent must do.", "pattern": _NON_BLANK},
         "checkpoints": {"description": "Caller-defined verification points, passed in order."},
         "autoDetectCheckpoints": {
-            "description": "Let the service add verification points (stored; detection comes with the agent runtime)."
+            "description": "Let the service add verification points: one per side effect the description names "
+            "(sending e-mail, calling an external service, deleting, paying, publishing), counted in "
+            "`checkpointCount`, and a review before every call of a tool that acts on the world."
+        },
+        "agentModel": {
+            "description": "The agent's model for this task: `offline`, `openai:<model>` or `anthropic:<model>`; "
+            "null or absent for the service's default (VOUCH_AGENT_MODEL).",
+            "anyOf": [{"type": "string", "pattern": "^(offline|(openai|anthropic):.+)$"}, {"type": "null"}],
         },
         "testMode": {
             "description": "`with-verification`: pause at each checkpoint for the reviewer; "
@@ -37,6 +44,20 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         "webhookUrl": {
             "description": "http(s) URL that receives the completion notification; null or empty for none.",
             "anyOf": [{"type": "string", "maxLength": 2048, "pattern": "^https?://[^/?#]"}, {"type": "null"}],
+        },
+        "webhookEvents": {
+            "description": "Webhook events to send besides the completion notification (`execution.completed`, "
+            "always sent when `webhookUrl` is set): `checkpoint.awaiting_review`, `checkpoint.decided`. Each at "
+            "most once; null or absent for none.",
+            "anyOf": [
+                {
+                    "type": "array",
+                    "maxItems": 2,
+                    "uniqueItems": True,
+                    "items": {"enum": ["checkpoint.awaiting_review", "checkpoint.decided"]},
+                },
+                {"type": "null"},
+            ],
         },
         "maxRevisions": {
             "description": "Rejections of one checkpoint the agent revises after (default 3); "

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from agents.model_names import ModelUnavailable, check_model_name
 from api.problems import ApiError
 from core.accounts import AccountError, normalise_email
 
@@ -67,6 +68,28 @@ ReviewerAddress = Annotated[str | None, AfterValidator(_reviewer_address)]
 WebhookUrl = Annotated[
     Annotated[str, StringConstraints(strip_whitespace=True, max_length=2048)] | None, AfterValidator(_webhook_url)
 ]
+WebhookEvent = Literal["checkpoint.awaiting_review", "checkpoint.decided"]
+
+
+def _distinct_events(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    if len(set(value)) != len(value):
+        raise ValueError("must not name an event twice")
+    return value
+
+
+WebhookEvents = Annotated[list[WebhookEvent] | None, Field(max_length=2), AfterValidator(_distinct_events)]
+def _runnable_model(name: str | None) -> str | None:
+    if name:
+        try:
+            check_model_name(name)
+        except ModelUnavailable as exc:
+            raise ValueError(str(exc)) from None
+    return name or None
+
+
+AgentModelName = Annotated[str | None, StringConstraints(max_length=200), AfterValidator(_runnable_model)]
 REVIEWER_REQUIRED = "assignedReviewer is required when testMode is with-verification and there are checkpoints"
 
 
@@ -83,6 +106,10 @@ class CreateTaskIn(_Strict):
     testMode: Literal["with-verification", "without-verification"] = "with-verification"
     assignedReviewer: ReviewerAddress = None
     webhookUrl: WebhookUrl = None
+    # Issue 7: webhook events beyond the completion notification (which is always sent to webhookUrl).
+    webhookEvents: WebhookEvents = None
+    # Issue 6: this task's model instead of the service's default (VOUCH_AGENT_MODEL).
+    agentModel: AgentModelName = None
     # Issue 5: rejections of one checkpoint the agent revises after; the next one ends the run `rejected`.
     maxRevisions: Annotated[StrictInt, Field(ge=0, le=10)] = 3
     backupReviewer: ReviewerAddress = None

@@ -3,48 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.events import isoformat
-from core.models import Checkpoint, Decision, Event, Execution, utcnow
+from core.metrics import execution_metrics
+from core.models import Checkpoint, Decision, Execution
+from core.webhooks import webhook_record
 from review import DecisionRecord
 
 
-def _ms(start: datetime | None, end: datetime | None) -> int | None:
-    if start is None or end is None:
-        return None
-    return max(0, round((end - start).total_seconds() * 1000))
-
-
 async def metrics(
-    session: AsyncSession, execution: Execution, checkpoints: Sequence[tuple[Checkpoint, Decision | None]]
+    session: AsyncSession, execution: Execution, checkpoints: Sequence[tuple[Checkpoint, Decision | None]] = ()
 ) -> dict[str, Any]:
-    now = utcnow()
-    rows = (
-        await session.execute(
-            sa.select(Event.type, Event.payload).where(
-                Event.execution_id == execution.id, Event.type.in_(("tool.call", "tool.result"))
-            )
-        )
-    ).all()
-    agent_ms = sum(float(payload.get("durationMs", 0)) for type_, payload in rows if type_ == "tool.result")
-    review_wait = sum(
-        # A wait with no decision ends when the execution does (a cancelled one stops the clock).
-        _ms(cp.awaiting_since, decision.decided_at if decision else (execution.completed_at or now)) or 0
-        for cp, decision in checkpoints
-        if cp.awaiting_since is not None
-    )
-    return {
-        "durationMs": _ms(execution.created_at, execution.completed_at or now),
-        "agentMs": round(agent_ms),
-        "reviewWaitMs": review_wait,
-        "steps": sum(1 for type_, _ in rows if type_ == "tool.result"),
-        "toolCalls": sum(1 for type_, _ in rows if type_ == "tool.call"),
-    }
+    """The record's `metrics`: core.metrics computes them from the rows (`checkpoints` is kept for callers
+    that still pass it; the metrics read every attempt themselves)."""
+    return await execution_metrics(session, execution)
 
 
 async def status_record(session: AsyncSession, execution: Execution, chat_url: str) -> dict[str, Any]:
@@ -93,4 +69,5 @@ async def status_record(session: AsyncSession, execution: Execution, chat_url: s
         "result": execution.result,
         "error": execution.error,
         "metrics": await metrics(session, execution, checkpoints),
+        "webhook": await webhook_record(session, execution),
     }

@@ -7,6 +7,7 @@ from typing import Any
 from quart import Blueprint, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.policy import detect_side_effects
 from api.auth import Caller, current_caller, require_scope
 from api.concurrency import ensure_execution_slot
 from api.idempotency import idempotent
@@ -45,6 +46,12 @@ async def json_body() -> Any:
     return body
 
 
+def checkpoint_count(task: CreateTaskIn) -> int:
+    """The caller's checkpoints and, with autoDetectCheckpoints, one per side effect the description names."""
+    detected = detect_side_effects(task.taskDescription) if task.autoDetectCheckpoints else []
+    return len(task.checkpoints) + len(detected)
+
+
 async def create_execution(
     session: AsyncSession, caller: Caller, task: CreateTaskIn, agent_model: str, *, concurrency_limit: int | None = None
 ) -> Execution:
@@ -62,6 +69,7 @@ async def create_execution(
         test_mode=task.testMode,
         assigned_reviewer=task.assignedReviewer,
         webhook_url=task.webhookUrl,
+        webhook_events=list(task.webhookEvents) if task.webhookEvents else None,
         max_revisions=task.maxRevisions,
         backup_reviewer=task.backupReviewer,
         review_deadline_seconds=task.reviewDeadline,
@@ -89,6 +97,21 @@ async def create_execution(
                 status="pending",
             )
         )
+    # The side effects the description names get checkpoints of their own, after the caller's (agents.policy).
+    detected = detect_side_effects(task.taskDescription) if task.autoDetectCheckpoints else []
+    for position, effect in enumerate(detected, start=len(task.checkpoints)):
+        session.add(
+            Checkpoint(
+                id=new_id("chk"),
+                execution_id=execution.id,
+                position=position,
+                stage=effect.stage,
+                description=effect.description,
+                verification_question=effect.question,
+                origin="auto",
+                status="pending",
+            )
+        )
     await session.flush()
     await append_event(
         session,
@@ -99,7 +122,7 @@ async def create_execution(
             "taskDescription": task.taskDescription,
             "testMode": task.testMode,
             "assignedReviewer": task.assignedReviewer,
-            "checkpointCount": len(task.checkpoints),
+            "checkpointCount": checkpoint_count(task),
         },
     )
     publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution.id})
@@ -113,14 +136,18 @@ async def create_task() -> tuple[dict[str, Any], int, dict[str, str]]:
     task = parse_body(CreateTaskIn, await json_body())
     settings = services().settings
     execution = await create_execution(
-        db_session(), current_caller(), task, settings.agent_model, concurrency_limit=settings.concurrency_limit
+        db_session(),
+        current_caller(),
+        task,
+        task.agentModel or settings.agent_model,
+        concurrency_limit=settings.concurrency_limit,
     )
     return (
         {
             "success": True,
             "executionId": execution.id,
             "chatUrl": execution_chat_url(execution.id),
-            "checkpointCount": len(task.checkpoints),
+            "checkpointCount": checkpoint_count(task),
         },
         201,
         {"Location": f"{base_url()}/api/eval/status/{execution.id}"},

@@ -1,62 +1,51 @@
-"""Benchmark: chat fan-out from a worker, through Redis, to N watchers of one room on one web process.
+"""Chat fan-out: events/s delivered to 100 and to 1,000 watchers of one room on one web process, and the latency
+from an event's commit to a watcher's receipt.
 
-    .venv/bin/python bench/chat_fanout.py            # 100 and 1,000 watchers
-    .venv/bin/python bench/chat_fanout.py --quick    # a small run (20 watchers, few events)
+    .venv/bin/python -m bench.chat_fanout [--quick] [--backends sqlite,postgresql]
 
-It starts a real `vouch web` (Socket.IO on Redis) on a fresh SQLite database (or --database-url), and plays
-the worker itself: events are committed through core.db with the write-only Redis emitter registered as
-`vouch worker` registers it. The watchers are minimal Socket.IO clients speaking the wire protocol directly
-(python-socketio's client costs far more CPU per message than the server, and would measure itself).
+The watchers are minimal Socket.IO clients speaking the wire protocol directly (python-socketio's client costs
+far more CPU per message than the server, and would measure itself), all in this process. The writer commits
+events as the worker does:
 
-Printed per watcher count:
-- burst: events committed as fast as the database takes them; deliveries/s = watchers x events / (first
-  commit -> last receipt), with the commit->receipt latency under that load;
-- paced: events at a steady rate the server keeps up with; p50/p99 commit->receipt latency, the number that
-  tells how fresh a watcher's page is.
+- SQLite (embedded): inside the web process, through its own Database (`POST /bench/emit` of bench/server.py),
+  whose event sink emits into the room in process, as `vouch serve`'s worker does;
+- PostgreSQL + Redis: in a process of its own with the write-only Redis emitter registered as `vouch worker`
+  registers it; the web process's manager hears it through Redis and delivers to its local room.
 
-The writer runs in a process of its own, as a worker does. Commit time is taken there by an event sink
-registered before the emitter (the moment core.db's commit returns from the database); receipts are timed
-by the watchers; both on CLOCK_MONOTONIC, one clock for the machine. Writer, web process, Redis and
-watchers share this machine's cores, so the numbers are a floor for a web process with cores of its own.
+Commit time is taken by an event sink registered before the emitter (the moment core.db's commit returns);
+receipts are timed by the watchers; both on CLOCK_MONOTONIC, one clock for the machine. Per watcher count:
+
+- burst: events committed as fast as the database takes them (batches of 10 per commit); deliveries/s =
+  watchers x events / (first commit -> last receipt), with the commit->receipt latency under that load;
+- paced: one event per commit at a steady rate (open loop) the server keeps up with; commit->receipt latency,
+  the number that tells how fresh a watcher's page is.
+
+Writer, web process, Redis and watchers share this machine's cores: a floor for a web process with cores of its own.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import re
-import secrets
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from chat.fanout import WorkerEmitter  # noqa: E402
-from core.accounts import create_user  # noqa: E402
-from core.bus import InProcessBus  # noqa: E402
-from core.db import Database  # noqa: E402
-from core.events import append_event  # noqa: E402
-from core.ids import new_id  # noqa: E402
-from core.links import chat_view_token  # noqa: E402
-from core.migrate import upgrade  # noqa: E402
-from core.models import Execution, utcnow  # noqa: E402
-from core.settings import normalise_database_url  # noqa: E402
+from bench.common import Stack, figure, main_of, note, percentile, spread
+from chat.fanout import WorkerEmitter
+from core.bus import InProcessBus
+from core.db import Database
+from core.events import append_event
+from core.ids import new_id
+from core.links import chat_view_token
+from core.models import Execution, utcnow
 
 SEQ = re.compile(rb'"seq":(\d+)')
-VOUCH = str(Path(sys.executable).parent / "vouch")
+BATCH = 10
 
 
 class Watcher:
@@ -99,27 +88,13 @@ class Watcher:
         await self.ws.close()
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 async def new_room(db: Database, user_id: str, secret_key: bytes) -> tuple[str, str]:
     execution_id = new_id("exe")
     async with db.transaction() as session:
         session.add(
             Execution(
                 id=execution_id, user_id=user_id, task_name="bench", task_description="bench",
-                test_mode="without-verification", agent_model="offline", status="running", created_at=utcnow(),
+                test_mode="without-verification", agent_model="offline", status="awaiting_review", created_at=utcnow(),
                 last_seq=0, lease_epoch=0,
             )
         )  # fmt: skip
@@ -184,92 +159,62 @@ async def until_delivered(watchers: list[Watcher], expected: int, timeout: float
         await asyncio.sleep(0.02)  # a benchmark's progress check, not synchronisation of a test
 
 
-async def measure(db: Database, base: str, database_url: str, user_id: str, key: bytes, n: int, args: Any) -> None:
+async def write_embedded(st: Stack, execution_id: str, events: int, batch: int, rate: float | None) -> dict[int, float]:
+    """The embedded writer: events committed inside the web process (bench/server.py's /bench/emit)."""
+    body = {"executionId": execution_id, "events": events, "batch": batch, "rate": rate or 0}
+    async with aiohttp.ClientSession() as client, client.post(f"{st.base}/bench/emit", json=body) as answer:
+        stamps: dict[str, float] = (await answer.json())["stamps"]
+    return {int(seq): at for seq, at in stamps.items()}
+
+
+async def measure_one(st: Stack, n: int, events: int, paced_events: int, rate: float) -> None:
+    secret_key = st.env["VOUCH_SECRET_KEY"].encode()
+    results: dict[str, tuple[float, list[float]]] = {}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        for phase, events, rate in (("burst", args.events, None), ("paced", args.paced_events, args.rate)):
-            execution_id, token = await new_room(db, user_id, key)
+        for phase, count, pace in (("burst", events, None), ("paced", paced_events, rate)):
+            execution_id, token = await new_room(st.db, st.user_id, secret_key)
             watchers = [Watcher() for _ in range(n)]
             for chunk in range(0, n, 50):
                 batch = watchers[chunk : chunk + 50]
-                await asyncio.gather(*(w.start(session, base, execution_id, token) for w in batch))
-            stamps = await asyncio.to_thread(
-                run_writer, database_url, args.redis_url, execution_id, events, args.batch if rate is None else 1, rate
-            )
-            await until_delivered(watchers, n * events, timeout=max(60.0, events * n / 2000))
-            receipts = [receipt for w in watchers for receipt in w.receipts]
-            latencies = [at - stamps[seq] for seq, at in receipts]
-            seconds = max(at for _, at in receipts) - min(stamps.values())
-            print(
-                f"{n:>8} {phase:>6} {events:>7} {len(receipts):>11} {seconds:>8.2f} {len(receipts) / seconds:>13,.0f} "
-                f"{percentile(latencies, 0.5) * 1000:>8.1f} {percentile(latencies, 0.99) * 1000:>8.1f}",
-                flush=True,
-            )
-            await asyncio.gather(*(w.close() for w in watchers))
-
-
-async def main(args: argparse.Namespace, base: str, database_url: str, secret_key: str, log: Path) -> None:
-    db = Database(database_url, InProcessBus())
-    try:
-        async with aiohttp.ClientSession() as probe:
-            for _ in range(300):
-                try:
-                    async with probe.get(f"{base}/healthz") as answer:
-                        if answer.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
+                await asyncio.gather(*(w.start(session, st.base, execution_id, token) for w in batch))
+            per_commit = BATCH if pace is None else 1
+            if st.backend == "sqlite":
+                stamps = await write_embedded(st, execution_id, count, per_commit, pace)
             else:
-                raise SystemExit(f"vouch web did not start; see {log}")
-        async with db.transaction() as session:
-            user_id = (await create_user(session, "bench@example.com")).id
-        print(f"vouch web on {base}, database {database_url.split(':')[0]}, Redis {args.redis_url}")
-        print(f"burst: batches of {args.batch} events per commit; paced: {args.rate:g} events/s, one per commit")
-        print(f"{'watchers':>8} {'phase':>6} {'events':>7} {'deliveries':>11} {'seconds':>8} "
-              f"{'deliveries/s':>13} {'p50 ms':>8} {'p99 ms':>8}")  # fmt: skip
-        for n in args.watchers:
-            await measure(db, base, database_url, user_id, secret_key.encode(), n, args)
-    finally:
-        await db.dispose()
+                assert st.redis_url is not None
+                stamps = await asyncio.to_thread(
+                    run_writer, st.database_url, st.redis_url, execution_id, count, per_commit, pace
+                )
+            await until_delivered(watchers, n * count, timeout=max(60.0, count * n / 2000))
+            receipts = [receipt for w in watchers for receipt in w.receipts]
+            missing = sorted({seq for seq, _ in receipts} - set(stamps))
+            if missing:
+                raise SystemExit(
+                    f"{len(missing)} received events have no commit stamp ({len(stamps)} stamps), e.g. {missing[:5]}"
+                )
+            latencies = [(at - stamps[seq]) * 1000 for seq, at in receipts]
+            seconds = max(at for _, at in receipts) - min(stamps.values())
+            results[phase] = (len(receipts) / seconds, latencies)
+            await asyncio.gather(*(w.close() for w in watchers))
+    burst_rate, burst_latency = results["burst"]
+    _, paced_latency = results["paced"]
+    figure(
+        "chat-fanout",
+        st.backend,
+        f"watchers={n} burst {burst_rate:,.0f} deliveries/s | paced {rate:g} events/s commit->receipt "
+        f"{spread(paced_latency)} | burst commit->receipt {spread(burst_latency)}",
+        ">= 10,000 deliveries/s, paced p99 <= 100 ms",
+        burst_rate >= 10_000 and percentile(paced_latency, 0.99) <= 100,
+    )
 
 
-def run(args: argparse.Namespace) -> None:
-    work = Path(tempfile.mkdtemp(prefix="vouch-bench-"))
-    database_url = normalise_database_url(args.database_url or f"sqlite:///{work / 'bench.sqlite3'}")
-    secret_key = secrets.token_urlsafe(48)
-    upgrade(database_url)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VOUCH_")}
-    env.update(
-        VOUCH_DATA_DIR=str(work), VOUCH_DATABASE_URL=database_url, VOUCH_SECRET_KEY=secret_key,
-        VOUCH_REDIS_URL=args.redis_url,
-    )  # fmt: skip
-    log_path = work / "web.log"
-    with log_path.open("wb") as log:
-        web = subprocess.Popen([VOUCH, "web", "--port", str(port)], env=env, stdout=log, stderr=log)
-        try:
-            asyncio.run(main(args, f"http://127.0.0.1:{port}", database_url, secret_key, log_path))
-        finally:
-            web.send_signal(signal.SIGTERM)
-            web.wait(timeout=15)
-
-
-def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a small run: 20 watchers, few events")
-    parser.add_argument("--watchers", default="100,1000", help="comma-separated watcher counts")
-    parser.add_argument("--events", type=int, default=300, help="events in the burst phase")
-    parser.add_argument("--paced-events", type=int, default=100, help="events in the paced phase")
-    parser.add_argument("--rate", type=float, default=10.0, help="events per second in the paced phase")
-    parser.add_argument("--batch", type=int, default=10, help="events per commit in the burst phase")
-    parser.add_argument("--database-url", help="default: a fresh SQLite file")
-    parser.add_argument("--redis-url", default=os.environ.get("VOUCH_REDIS_URL", "redis://127.0.0.1:6379/0"))
-    args = parser.parse_args()
-    args.watchers = [int(n) for n in args.watchers.split(",")]
-    if args.quick:
-        args.watchers, args.events, args.paced_events, args.rate = [20], 100, 40, 40.0
-    return args
+async def measure(st: Stack, quick: bool) -> None:
+    counts, events, paced_events, rate = ([20], 100, 40, 40.0) if quick else ([100, 1000], 300, 100, 10.0)
+    for n in counts:
+        await measure_one(st, n, events, paced_events, rate)
+    note(f"burst: {events} events, {BATCH} per commit; paced: {paced_events} events at {rate:g}/s, one per commit")
 
 
 if __name__ == "__main__":
-    run(parse())
+    main_of(measure, __doc__.split("\n\n")[0])

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.status import metrics
 from core.events import event_message
-from core.models import Checkpoint, Decision, Event, Execution
+from core.metrics import execution_metrics
+from core.models import Event, Execution
 
 FINAL = ("completed", "failed", "rejected", "cancelled")
 STATUS_TEXT = {
@@ -152,15 +151,7 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
 
 async def run_metrics(session: AsyncSession, execution: Execution) -> dict[str, Any]:
     """The same metrics as the status API's, from the same function."""
-    pairs = (
-        await session.execute(
-            sa.select(Checkpoint, Decision)
-            .outerjoin(Decision, Decision.checkpoint_id == Checkpoint.id)
-            .where(Checkpoint.execution_id == execution.id)
-        )
-    ).all()
-    checkpoints: Sequence[tuple[Checkpoint, Decision | None]] = [(cp, decision) for cp, decision in pairs]
-    return await metrics(session, execution, checkpoints)
+    return await execution_metrics(session, execution)
 
 
 def status_of(execution: Execution) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 Protocol (namespace "/chat", websocket transport only):
 
-- connect with `auth = {executionId, token}` (the chat link's view token) or with the session cookie;
-  anything else is refused (the client sees it in `connect_error`).
+- connect with `auth = {executionId, token}` (the chat link's view token), with the session cookie, or with
+  an API key holding eval:read (`Authorization: Bearer …` or `auth = {apiKey}`; it watches its own user's
+  executions only, see chat/apikey.py); anything else is refused (the client sees it in `connect_error`).
 - `join_execution {executionId, token?, afterSeq}` re-checks who may watch, enters the execution's room,
   and answers with the events whose seq is above `afterSeq` (a page at a time: `more` says ask again), the
   status line and what this watcher may do. Live events (`event`) follow in the room. The client joins
@@ -30,6 +31,7 @@ from quart import Quart
 
 from api.websession import current_viewer
 from chat.access import MAX_TOKEN, Access, Person, access_to, view_token_ok
+from chat.apikey import key_access, key_id_for, presented_key
 from chat.conversation import run_metrics, status_of
 from chat.fanout import NAMESPACE, RoomSink, listen_before_serving, room_of, server_manager
 from core.db import Database
@@ -104,10 +106,15 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
         token_ok = False
         if isinstance(auth, dict) and isinstance(auth.get("executionId"), str) and isinstance(auth.get("token"), str):
             token_ok = view_token_ok(self.settings.secret_key, auth["executionId"], auth["token"])
-        if person is None and not token_ok:
+        key_id = None
+        if person is None and not token_ok and (secret := presented_key(environ, auth)) is not None:
+            # Programmatic watchers (api/client) connect with their API key (chat/apikey.py).
+            async with self.db.reading() as session:
+                key_id = await key_id_for(session, secret, self.settings.secret_key)
+        if person is None and not token_ok and key_id is None:
             raise socketio.exceptions.ConnectionRefusedError("unauthorized")
         client = environ.get("asgi.scope", {}).get("client") or (None,)
-        await self.save_session(sid, {"cookie": cookie if person else None, "addr": client[0]})
+        await self.save_session(sid, {"cookie": cookie if person else None, "addr": client[0], "apiKeyId": key_id})
 
     async def _access(
         self, session: Any, data: dict[str, Any], person: Person | None
@@ -147,9 +154,16 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
         after = data.get("afterSeq", 0)
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise Refused("invalid", "afterSeq must be a whole number, 0 or more")
-        person, _, _ = await self._who(sid)
+        person, _, state = await self._who(sid)
         async with self.db.reading() as session:
-            access = await self._access(session, data, person)
+            if state.get("apiKeyId") and person is None:
+                # The key is checked again on every join: revoked or expired, it watches no more.
+                found = await key_access(session, state["apiKeyId"], cast(str, _text(data, "executionId", MAX_ID)))
+                if found is None:
+                    raise forbidden()
+                access = found
+            else:
+                access = await self._access(session, data, person)
         execution_id = access.execution.id
         # In the room before reading, and reading in a transaction begun after that (SQLite holds a read
         # transaction's snapshot from its first statement): whatever commits after the read arrives live,

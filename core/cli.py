@@ -56,13 +56,24 @@ def _with_db(settings: Settings, work: Callable[[Database], Awaitable[T]]) -> T:
         raise click.ClickException(str(exc)) from None
 
 
-def _log_setup() -> None:
-    configure_logging(logging.INFO)
+def _log_setup(settings: Settings | None = None) -> None:
+    configure_logging(logging.INFO, settings.log_format if settings is not None else "text")
 
 
 @click.group()
 def main() -> None:
     """Vouch: evaluation tasks run by AI agents, vouched for by humans."""
+
+
+def _add_caller_commands() -> None:
+    """`vouch tasks …` and `vouch checkpoints …`: a caller's commands, which speak to a server over its API."""
+    from api.client.cli import COMMANDS  # the composition root may reach a sibling; nothing else in core does
+
+    for command in COMMANDS:
+        main.add_command(command)
+
+
+_add_caller_commands()
 
 
 @main.group()
@@ -85,9 +96,13 @@ def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
 
     from api.app import create_asgi_app
 
-    _log_setup()
+    _log_setup(settings)
     app = create_asgi_app(settings, run_worker=run_worker)
-    uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on", ws="websockets-sansio")
+    # JSON logs: uvicorn's own loggers keep no handlers of their own and go through ours (log_config=None).
+    log_config = uvicorn.config.LOGGING_CONFIG if settings.log_format == "text" else None
+    uvicorn.run(
+        app, host=host, port=port, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config
+    )
 
 
 @main.command()
@@ -118,7 +133,7 @@ def worker() -> None:
     from core.bus import make_bus
 
     settings = _settings()
-    _log_setup()
+    _log_setup(settings)
 
     async def run() -> None:
         stop = asyncio.Event()
@@ -248,3 +263,33 @@ def keys_revoke(key_id: str) -> None:
             return key.id
 
     click.echo(f"revoked {_with_db(settings, work)}", err=True)
+
+
+@main.group()
+def webhooks() -> None:
+    """Webhook signing secrets."""
+
+
+@webhooks.command("secret")
+@click.argument("email")
+@click.option("--rotate", is_flag=True, help="Make a new secret; the old one keeps signing for 24 hours.")
+def webhooks_secret(email: str, rotate: bool) -> None:
+    """Print the user's current webhook signing secret (`whsec_…`) alone on standard output."""
+    from core.webhook_secrets import rotate_secret, signing_secrets
+
+    settings = _settings()
+
+    async def work(database: Database) -> tuple[str, str | None]:
+        async with database.transaction() as session:
+            user = await _user(session, email)
+            if rotate:
+                secrets = await rotate_secret(session, settings.secret_key, user.id)
+            else:
+                secrets = await signing_secrets(session, settings.secret_key, user.id)
+            retires = secrets.previous_retires_at
+            return secrets.current, retires.isoformat(timespec="seconds") if retires else None
+
+    secret, retires = _with_db(settings, work)
+    if retires:
+        click.echo(f"the previous secret also signs until {retires}", err=True)
+    click.echo(secret)

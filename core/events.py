@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.bus import execution_channel
 from core.db import event_after_commit, publish_after_commit
 from core.models import Event, Execution, utcnow
+from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
 
 
 def event_message(event: Event) -> dict[str, Any]:
@@ -45,6 +46,9 @@ async def append_event(
     ).scalar_one()
     event = Event(execution_id=execution_id, seq=seq, type=type_, payload=payload or {}, created_at=utcnow())
     session.add(event)
+    if type_ in WEBHOOK_EVENT_TYPES:  # one set lookup for every other event: this is the agent's hot path
+        # The webhook outbox row commits with the event (and the final state beside it), or neither does.
+        await enqueue_for_event(session, event)
     message = event_message(event)
     publish_after_commit(session, execution_channel(execution_id), message)
     event_after_commit(session, message)

@@ -58,6 +58,10 @@ class Settings:
     outbound_allowlist: tuple[str, ...] = ()
     # Issue 7: one webhook attempt's time limit.
     webhook_timeout_seconds: float = 15.0
+    # Issue 7: a bearer token /metrics asks for (None: /metrics is open; keep it off the public network),
+    # and the log format: `text` lines for people, `json` lines for collectors.
+    metrics_token: str | None = None
+    log_format: str = "text"
 
     @property
     def is_sqlite(self) -> bool:
@@ -154,6 +158,13 @@ def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     return tuple(networks)
 
 
+def _log_format(env: Mapping[str, str]) -> str:
+    raw = (env.get("VOUCH_LOG_FORMAT") or "text").strip().lower()
+    if raw not in ("text", "json"):
+        raise SettingsError(f"VOUCH_LOG_FORMAT must be text or json, not {raw!r}")
+    return raw
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     data_dir = Path(env.get("VOUCH_DATA_DIR") or "./var").resolve()
@@ -192,4 +203,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         agent_request_retries=int(_number(env, "VOUCH_AGENT_REQUEST_RETRIES", 4, 0)),
         outbound_allowlist=_networks(env, "VOUCH_OUTBOUND_ALLOWLIST"),
         webhook_timeout_seconds=_number(env, "VOUCH_WEBHOOK_TIMEOUT_SECONDS", 15.0, 0.1),
+        metrics_token=env.get("VOUCH_METRICS_TOKEN") or None,
+        log_format=_log_format(env),
     )

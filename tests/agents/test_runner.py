@@ -496,14 +496,24 @@ async def test_resumed_wait_only_waits_what_is_left(db: Database, settings: Sett
     assert (await snapshot(db, exe)).execution.status == "completed"
 
 
-async def test_unknown_agent_model_fails_clearly(db: Database, settings: Settings) -> None:
-    exe = await new_execution(db, settings, NOTE_THEN_MAIL, agent_model="openai:gpt-4o")
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ("openai:gpt-4o", "set OPENAI_API_KEY, or VOUCH_AGENT_BASE_URL"),
+        ("mistral:large", "'offline', 'openai:<model>' or 'anthropic:<model>'"),
+    ],
+)
+async def test_an_agent_model_that_cannot_run_fails_clearly(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch, model: str, says: str
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    exe = await new_execution(db, settings, NOTE_THEN_MAIL, agent_model=model)
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
     assert snap.execution.status == "failed"
     assert snap.execution.error is not None
-    assert "'openai:gpt-4o' is not available" in snap.execution.error
-    assert "offline" in snap.execution.error
+    assert says in snap.execution.error
     assert snap.execution.completed_at is not None
     assert snap.execution.worker_id is None and snap.execution.lease_until is None
     assert snap.types == ["execution.created", "execution.failed"]

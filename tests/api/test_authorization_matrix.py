@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from core.accounts import revoke_api_key
-from core.models import ApiKey, Execution, utcnow
+from core.models import ApiKey, Execution, WebhookDelivery, utcnow
 from tests.api.helpers import CREATE, account, add_key, assert_problem, decision_path, status_path, task
 from tests.api.rows import insert_execution
 from tests.conftest import Account, Service, bearer
@@ -54,6 +54,15 @@ async def awaiting(service: Service, owner: Account) -> Target:
         service.db, owner, reviewer=owner.email, checkpoints=1, awaiting=True
     )
     return Target(execution_id, checkpoints[0])
+
+
+async def finished_with_webhook(service: Service, owner: Account) -> Target:
+    target = await finished(service, owner)
+    async with service.db.transaction() as session:
+        await session.execute(
+            sa.update(Execution).where(Execution.id == target.execution_id).values(webhook_url="https://x.example.com/")
+        )
+    return target
 
 
 def executions_path(target: Target, action: str = "") -> str:
@@ -110,6 +119,14 @@ ROUTES = [
         lambda s, t, h: s.client.delete(executions_path(t), headers=h),
     ),
     Route(
+        "POST webhook redeliver",
+        ("POST", "/api/eval/executions/<execution_id>/webhook/redeliver"),
+        "eval:manage",
+        202,
+        finished_with_webhook,
+        lambda s, t, h: s.client.post(executions_path(t, "webhook/redeliver"), headers=h),
+    ),
+    Route(
         "POST decision",
         ("POST", "/api/eval/executions/<execution_id>/checkpoints/<checkpoint_id>/decision"),
         "eval:manage",
@@ -162,14 +179,18 @@ def cases(keys: Keys, route: Route) -> list[tuple[str, dict[str, str], int | Non
     ]
 
 
-async def execution_state(service: Service, execution_id: str) -> tuple[str, str | None] | None:
+async def execution_state(service: Service, execution_id: str) -> tuple[str, str | None, int] | None:
     async with service.db.reading() as session:
         row = (
             await session.execute(
                 sa.select(Execution.status, Execution.webhook_url).where(Execution.id == execution_id)
             )
         ).first()
-        return (row[0], row[1]) if row is not None else None
+        # Webhook deliveries too: a redelivery changes nothing but their number.
+        queued = await session.scalar(
+            sa.select(sa.func.count()).select_from(WebhookDelivery).where(WebhookDelivery.execution_id == execution_id)
+        )
+        return (row[0], row[1], int(queued or 0)) if row is not None else None
 
 
 async def test_authorization_matrix(api_only: Service, subtests: pytest.Subtests) -> None:

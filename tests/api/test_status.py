@@ -35,6 +35,7 @@ RECORD_KEYS = {
     "result",
     "error",
     "metrics",
+    "webhook",
 }
 CHECKPOINT_KEYS = {
     "checkpointId",

@@ -1,0 +1,169 @@
+"""The conversation with a language model: instructions, tool definitions, history and one request.
+
+The history is a list of pydantic-ai messages, stored as JSON on the execution after every step, so
+any worker can resume the conversation where the last one stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic_ai.direct import model_request
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.tools import ToolDefinition
+
+from agents.tools import TOOLS
+from core.models import Checkpoint, Execution
+
+# Tools a model may call; `summarise` and `wait` serve the offline agent's vocabulary only.
+MODEL_TOOLS = ("send_email", "http_request", "write_file", "read_file", "list_files")
+FINISH = ToolDefinition(
+    name="finish",
+    description="Finish the task. Give a short summary of what was done and its outcome.",
+    parameters_json_schema={
+        "type": "object",
+        "properties": {"summary": {"type": "string"}},
+        "required": ["summary"],
+        "additionalProperties": False,
+    },
+)
+REQUEST_REVIEW = ToolDefinition(
+    name="request_review",
+    description=(
+        "Ask the human reviewer to check your work at one of the task's checkpoints before you go on. "
+        "The answer is the reviewer's decision and comment."
+    ),
+    parameters_json_schema={
+        "type": "object",
+        "properties": {
+            "stage": {"type": "string", "description": "the checkpoint's stage, as listed in your instructions"},
+            "summary": {"type": "string", "description": "what the reviewer should look at"},
+        },
+        "required": ["stage", "summary"],
+        "additionalProperties": False,
+    },
+)
+
+
+class ProviderFailed(Exception):
+    """The model provider could not answer (after the SDK's retries); the message says why."""
+
+
+def tool_definitions() -> list[ToolDefinition]:
+    tools = [
+        ToolDefinition(name=name, description=TOOLS[name].description, parameters_json_schema=TOOLS[name].parameters)
+        for name in MODEL_TOOLS
+    ]
+    return [*tools, REQUEST_REVIEW, FINISH]
+
+
+def instructions(execution: Execution, checkpoints: list[Checkpoint]) -> str:
+    lines = [
+        "You are an agent carrying out an evaluation task for Vouch. Work step by step with the tools.",
+        f"Task: {execution.task_name}",
+        f"Description: {execution.task_description}",
+    ]
+    caller = [cp for cp in checkpoints if cp.origin == "caller"]
+    if caller:
+        lines.append("Checkpoints: when you reach each stage, call request_review with that stage before going on.")
+        lines += [f"- {cp.stage}: {cp.description} (the reviewer asks: {cp.verification_question})" for cp in caller]
+    if execution.auto_detect_checkpoints and execution.test_mode == "with-verification":
+        lines.append(
+            "Every call of send_email or http_request waits for a human reviewer's approval before it runs. "
+            "If a call is rejected, its result is the reviewer's comment: revise and try again, or go on without it."
+        )
+    lines.append("When the task is done, call finish with a short summary. Do not stop without calling finish.")
+    return "\n".join(lines)
+
+
+def first_request(execution: Execution, checkpoints: list[Checkpoint]) -> ModelRequest:
+    return ModelRequest(
+        parts=[UserPromptPart(f"Carry out the task: {execution.task_name}")],
+        instructions=instructions(execution, checkpoints),
+    )
+
+
+def load(history: list[Any]) -> list[ModelMessage]:
+    return ModelMessagesTypeAdapter.validate_python(history)
+
+
+def dump(messages: list[ModelMessage]) -> list[Any]:
+    dumped: list[Any] = ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+    return dumped
+
+
+def tool_returns(returns: list[dict[str, Any]]) -> ModelRequest:
+    return ModelRequest(
+        parts=[ToolReturnPart(tool_name=r["tool"], content=r["content"], tool_call_id=r["id"]) for r in returns]
+    )
+
+
+def nudge(text: str) -> ModelRequest:
+    return ModelRequest(parts=[UserPromptPart(text)])
+
+
+async def ask(model: Model, messages: list[ModelMessage]) -> ModelResponse:
+    try:
+        return await model_request(
+            model,
+            messages,
+            model_request_parameters=ModelRequestParameters(function_tools=tool_definitions(), allow_text_output=True),
+        )
+    except ModelHTTPError as exc:
+        raise ProviderFailed(f"the model provider answered HTTP {exc.status_code}: {_short(exc.body)}") from exc
+    except (ModelAPIError, UnexpectedModelBehavior) as exc:
+        raise ProviderFailed(f"the model provider failed: {exc}") from exc
+
+
+def _short(body: object) -> str:
+    text = body if isinstance(body, str) else json.dumps(body, default=str)
+    return text[:300]
+
+
+def calls_of(response: ModelResponse) -> list[dict[str, Any]]:
+    """The response's tool calls as plain data; arguments that are not a JSON object are kept as text."""
+    calls = []
+    for part in response.parts:
+        if isinstance(part, ToolCallPart):
+            try:
+                args: dict[str, Any] = part.args_as_dict()
+                valid = True
+            except (ValueError, TypeError, AssertionError):
+                args, valid = {"raw": str(part.args)}, False
+            calls.append({"id": part.tool_call_id, "tool": part.tool_name, "args": args, "validArgs": valid})
+    return calls
+
+
+def text_of(response: ModelResponse) -> str:
+    return "".join(part.content for part in response.parts if isinstance(part, TextPart)).strip()
+
+
+def usage_of(response: ModelResponse) -> dict[str, Any]:
+    cost: float | None
+    try:
+        cost = float(response.cost().total_price)
+    except (LookupError, ValueError, AssertionError):
+        cost = None  # genai-prices does not know this model (local servers, new models)
+    return {
+        "model": response.model_name,
+        "inputTokens": response.usage.input_tokens,
+        "outputTokens": response.usage.output_tokens,
+        "costUsd": cost,
+    }
+
+
+def missing_arguments(tool: str, args: dict[str, Any]) -> list[str]:
+    schema = TOOLS[tool].parameters if tool in TOOLS else {}
+    return [name for name in schema.get("required", []) if name not in args]

@@ -1,0 +1,220 @@
+"""A language model's steps: one request, then each tool call it asked for, each a committed step.
+
+The state on the execution row holds the conversation (`messages`), the calls of the last response
+not yet answered (`pending`) and the answers gathered so far (`returns`). A pending call that paused
+for review carries the checkpoint and attempt it waits on (`review`); when the execution runs again,
+the decision on exactly that attempt says whether the call goes ahead or the reviewer's comment
+becomes the call's result, verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from pydantic_ai.models import Model
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents import llm
+from agents.gates import UNKNOWN_OUTCOME_STAGE, unknown_outcome_gate, unreviewed, verdict
+from agents.policy import RunMode, describe_call
+from agents.tools import TOOLS
+from core.events import append_event
+from core.models import Checkpoint, ToolCall
+
+if TYPE_CHECKING:
+    from agents.runner import ExecutionRunner
+
+RUNTIME_TOOLS = ("finish", "request_review")
+
+
+class ModelDriver:
+    def __init__(self, runner: ExecutionRunner, model: Model, mode: RunMode) -> None:
+        self.runner = runner
+        self.model = model
+        self.mode = mode
+        self.execution_id = runner.execution_id
+
+    async def advance(self, state: dict[str, Any]) -> bool:
+        """Take the next step; False once the execution paused or ended."""
+        if state["pending"]:
+            return await self._answer_call(state)
+        return await self._ask_model(state)
+
+    async def _ask_model(self, state: dict[str, Any]) -> bool:
+        runner = self.runner
+        began = time.perf_counter()
+        response = await llm.ask(self.model, llm.load(state["messages"]))
+        elapsed = time.perf_counter() - began
+        usage = llm.usage_of(response)
+        calls = llm.calls_of(response)
+        text = llm.text_of(response)
+        async with runner.db.transaction() as session:
+            await runner.fence(session)
+            state["messages"] = [*state["messages"], *llm.dump([response])]
+            if not calls:
+                # Text alone ends the model's turn: that is its answer, and it finishes with it.
+                calls = [{"id": None, "tool": "finish", "args": {"summary": text}, "validArgs": True}]
+            state["pending"] = calls
+            state["returns"] = []
+            await append_event(
+                session,
+                self.execution_id,
+                "model.request",
+                {**usage, "durationMs": round(elapsed * 1000, 3), "toolCalls": len(calls)},
+            )
+            if text:
+                await append_event(session, self.execution_id, "agent.message", {"text": text})
+            runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
+            await runner.save(session, state)
+        return True
+
+    async def _answer_call(self, state: dict[str, Any]) -> bool:
+        runner = self.runner
+        pending: dict[str, Any] = state["pending"][0]
+        async with runner.db.transaction() as session:
+            await runner.fence(session)
+            if "review" in pending:
+                review = pending.pop("review")
+                decided = await verdict(session, review["checkpointId"], review["attempt"])
+                if decided is None:
+                    # Only a decision makes a paused execution runnable again; anything else is a bug to see.
+                    raise RuntimeError(f"resumed at checkpoint {review['checkpointId']} without a decision")
+                if decided.decision != "approve":
+                    checkpoint = await session.get_one(Checkpoint, review["checkpointId"])
+                    if checkpoint.stage == UNKNOWN_OUTCOME_STAGE and checkpoint.status == "pending":
+                        # Settled: the call is not repeated. Nothing is left to review at this checkpoint.
+                        checkpoint.status = "rejected"
+                    if "step" in pending:
+                        await session.execute(
+                            sa.update(ToolCall)
+                            .where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == pending["step"])
+                            .values(status="rejected", error="rejected by the reviewer")
+                        )
+                    return await self._answered(session, state, _rejected_text(decided.comment, decided.by))
+                pending["approved"] = review["checkpointId"]
+                if pending["tool"] == "request_review":
+                    who = "automatically" if decided.via == "auto" else f"by {decided.by}"
+                    note = f": {decided.comment}" if decided.comment else ""
+                    return await self._answered(session, state, f"Approved {who}{note}")
+            name, args = pending["tool"], pending["args"]
+            if name == "finish":
+                return await self._finish(session, state, pending)
+            if name == "request_review":
+                return await self._request_review(session, state, pending)
+            problem = self._refusal(pending)
+            if problem is not None:
+                return await self._answered(session, state, problem)
+            index = pending.setdefault("step", state["nextStep"])
+            state["nextStep"] = max(state["nextStep"], index + 1)
+            call = await runner.open_call(session, state, index, name, args, pending["id"])
+            action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
+            gate = await runner.gate(session, call, self.mode, action)
+            if gate is not None:
+                return await self._pause(session, state, pending, gate, action)
+            if call.status == "started" and not TOOLS[name].repeatable(args) and "approved" not in pending:
+                unknown = await unknown_outcome_gate(session, self.execution_id, call.id, describe_call(name, args))
+                if unknown.status == "pending":
+                    return await self._pause(session, state, pending, unknown, action)
+            await runner.start_call(session, call)
+            await runner.save(session, state)
+
+        def answered(result: dict[str, Any]) -> None:
+            self._take_answer(state, json.dumps(result, ensure_ascii=False, default=str))
+
+        await runner.run_call(state, call, answered)
+        return True
+
+    def _refusal(self, pending: dict[str, Any]) -> str | None:
+        name = pending["tool"]
+        if name not in llm.MODEL_TOOLS:
+            known = ", ".join((*llm.MODEL_TOOLS, *RUNTIME_TOOLS))
+            return f"Error: there is no tool {name!r}. The tools are: {known}."
+        if not pending.get("validArgs", True):
+            return f"Error: the arguments of {name} must be a JSON object."
+        missing = llm.missing_arguments(name, pending["args"])
+        if missing:
+            return f"Error: {name} needs the arguments {', '.join(missing)}."
+        return None
+
+    async def _request_review(self, session: AsyncSession, state: dict[str, Any], pending: dict[str, Any]) -> bool:
+        stage = str(pending["args"].get("stage", "")).strip()
+        summary = str(pending["args"].get("summary", ""))
+        checkpoints = list(
+            await session.scalars(
+                sa.select(Checkpoint)
+                .where(
+                    Checkpoint.execution_id == self.execution_id,
+                    Checkpoint.status == "pending",
+                    Checkpoint.origin == "caller",
+                )
+                .order_by(Checkpoint.position)
+            )
+        )
+        chosen = next((cp for cp in checkpoints if cp.stage.casefold() == stage.casefold()), None)
+        chosen = chosen or next(iter(checkpoints), None)
+        if chosen is None:
+            return await self._answered(session, state, "No checkpoint is waiting for review; carry on.")
+        action = {"tool": "request_review", "args": pending["args"], "instruction": summary or f"review {stage}"}
+        return await self._pause(session, state, pending, chosen, action)
+
+    async def _finish(self, session: AsyncSession, state: dict[str, Any], pending: dict[str, Any]) -> bool:
+        summary = str(pending["args"].get("summary", "")).strip() or "Finished."
+        action = {"tool": "finish", "args": {"summary": summary}, "instruction": "finish the task"}
+        # Every checkpoint still pending is reviewed before the run may complete, asked for or not.
+        while (left := await unreviewed(session, self.execution_id)) is not None:
+            if not self.mode.without_verification:
+                return await self._pause(session, state, pending, left, action)
+            await self.runner.pass_or_pause(session, left, action, self.mode)
+        state["pending"] = []
+        await self.runner.save(session, state)
+        calls = await session.scalars(
+            sa.select(ToolCall.tool)
+            .where(ToolCall.execution_id == self.execution_id, ToolCall.status == "succeeded")
+            .order_by(ToolCall.step_index)
+        )
+        await self.runner.complete(session, {"summary": summary, "toolCalls": list(calls)})
+        return False
+
+    async def _pause(
+        self,
+        session: AsyncSession,
+        state: dict[str, Any],
+        pending: dict[str, Any],
+        checkpoint: Checkpoint,
+        action: dict[str, Any],
+    ) -> bool:
+        if self.mode.without_verification:
+            await self.runner.pass_or_pause(session, checkpoint, action, self.mode)
+            pending["review"] = {"checkpointId": checkpoint.id, "attempt": checkpoint.attempt}
+            await self.runner.save(session, state)
+            return True
+        pending["review"] = {"checkpointId": checkpoint.id, "attempt": checkpoint.attempt}
+        await self.runner.save(session, state)
+        await self.runner.pause(session, checkpoint, action)
+        return False
+
+    async def _answered(self, session: AsyncSession, state: dict[str, Any], content: str) -> bool:
+        """Answer the first pending call without running a tool (a refusal, a review's outcome)."""
+        self._take_answer(state, content)
+        await self.runner.save(session, state)
+        return True
+
+    def _take_answer(self, state: dict[str, Any], content: str) -> None:
+        pending = state["pending"].pop(0)
+        if pending["id"] is not None:
+            state["returns"] = [*state["returns"], {"tool": pending["tool"], "id": pending["id"], "content": content}]
+        if not state["pending"]:
+            if state["returns"]:
+                state["messages"] = [*state["messages"], *llm.dump([llm.tool_returns(state["returns"])])]
+            else:
+                # The model's text-only answer was sent back for revision: say so in its own turn.
+                state["messages"] = [*state["messages"], *llm.dump([llm.nudge(content)])]
+            state["returns"] = []
+
+
+def _rejected_text(comment: str, by: str) -> str:
+    # The reviewer's words go to the model verbatim; the first line only says whose they are.
+    return f"Rejected by the reviewer ({by}). Their comment:\n{comment}" if comment else f"Rejected by {by}."

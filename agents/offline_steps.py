@@ -1,0 +1,122 @@
+"""The offline agent's steps: its plan, carried out one tool call at a time through the runner."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents import offline
+from agents.gates import unknown_outcome_gate, unreviewed
+from agents.policy import RunMode, describe_call
+from agents.tools import TOOLS
+from core.events import append_event
+from core.models import Checkpoint, Decision, ToolCall
+
+if TYPE_CHECKING:
+    from agents.runner import ExecutionRunner
+
+FINISH_ACTION = {"tool": "finish", "args": {}, "instruction": "finish the task"}
+
+
+class OfflineDriver:
+    def __init__(self, runner: ExecutionRunner, mode: RunMode) -> None:
+        self.runner = runner
+        self.mode = mode
+        self.execution_id = runner.execution_id
+
+    @staticmethod
+    async def take_rejections(runner: ExecutionRunner, session: AsyncSession, state: dict[str, Any]) -> None:
+        """Hand every rejection the agent has not seen yet to it, comment verbatim (review.decide sent us back)."""
+        rejected = await session.execute(
+            sa.select(Decision.checkpoint_id, Decision.attempt, Decision.comment)
+            .where(Decision.execution_id == runner.execution_id, Decision.decision == "reject")
+            .order_by(Decision.decided_at)
+        )
+        for checkpoint_id, attempt, comment in rejected.all():
+            if not offline.revised(state, checkpoint_id, attempt):
+                text = offline.revise(state, checkpoint_id, attempt, comment)
+                await append_event(
+                    session,
+                    runner.execution_id,
+                    "agent.message",
+                    {"text": text, "revision": {"checkpointId": checkpoint_id, "attempt": attempt, "comment": comment}},
+                )
+        await runner.save(session, state)
+
+    async def advance(self, state: dict[str, Any]) -> bool:
+        """Take the next step; False once the execution paused or ended."""
+        runner = self.runner
+        cursor: int = state["cursor"]
+        plan: list[dict[str, Any]] = state["plan"]
+        async with runner.db.transaction() as session:
+            await runner.fence(session)
+            due = await self._due_checkpoint(session, state["gates"], cursor, len(plan))
+            if due is not None:
+                action = self._action(plan[cursor]) if cursor < len(plan) else FINISH_ACTION
+                return await runner.pass_or_pause(session, due, action, self.mode)
+            if cursor >= len(plan):
+                await runner.complete(session, await self._result(session, state))
+                return False
+            step = plan[cursor]
+            call = await session.scalar(
+                sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
+            )
+            fresh = call is None
+            if call is None:
+                await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
+                call = await runner.open_call(session, state, cursor, step["tool"], step["args"])
+            gate = await runner.gate(session, call, self.mode, self._action(step, call))
+            if gate is not None:
+                # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
+                await runner.pause(session, gate, self._action(step, call))
+                return False
+            if not fresh and call.status == "started" and not TOOLS[call.tool].repeatable(call.args):
+                unknown = await unknown_outcome_gate(
+                    session, self.execution_id, call.id, describe_call(call.tool, call.args)
+                )
+                if unknown.status == "pending":
+                    return await runner.pass_or_pause(session, unknown, self._action(step, call), self.mode)
+            await runner.start_call(session, call)
+
+        def advanced(_: dict[str, Any]) -> None:
+            state["cursor"] = cursor + 1
+            runner.spend(state, steps=1)
+
+        await runner.run_call(state, call, advanced)
+        return True
+
+    def _action(self, step: dict[str, Any], call: ToolCall | None = None) -> dict[str, Any]:
+        action = {"tool": step["tool"], "args": step["args"], "instruction": step["instruction"]}
+        if call is not None:
+            action["toolCallId"] = call.id
+        return action
+
+    async def _due_checkpoint(
+        self, session: AsyncSession, gates: list[int], cursor: int, plan_length: int
+    ) -> Checkpoint | None:
+        """The caller's checkpoint placed before this step; at the end, any checkpoint not passed yet."""
+        if cursor >= plan_length:
+            return await unreviewed(session, self.execution_id)
+        pending = await session.scalar(
+            sa.select(Checkpoint)
+            .where(
+                Checkpoint.execution_id == self.execution_id,
+                Checkpoint.status == "pending",
+                Checkpoint.origin == "caller",
+            )
+            .order_by(Checkpoint.position)
+            .limit(1)
+        )
+        if pending is None or pending.position >= len(gates) or gates[pending.position] > cursor:
+            return None
+        return pending
+
+    async def _result(self, session: AsyncSession, state: dict[str, Any]) -> dict[str, Any]:
+        calls = await session.scalars(
+            sa.select(ToolCall)
+            .where(ToolCall.execution_id == self.execution_id, ToolCall.status == "succeeded")
+            .order_by(ToolCall.step_index)
+        )
+        return offline.final_result(state, [(c.tool, c.result or {}) for c in calls])

@@ -1,0 +1,63 @@
+"""Run every benchmark: `.venv/bin/python -m bench [--quick] [--backends sqlite,postgresql] [--only NAME,…]`.
+
+One stack per backend serves every figure in turn (the paused-executions figure last: it restarts the stack and
+leaves 100,000 executions behind). Each figure prints a `FIGURE <name> [<backend>] …` line; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import time
+from datetime import UTC, datetime
+
+from bench import approve_resume, chat_fanout, create_first_step, durable_step, paused, status_throughput
+from bench.common import Measure, backends_of, common_arguments, stack
+
+FIGURES: dict[str, Measure] = {
+    "durable-step-overhead": durable_step.measure,
+    "create-first-step": create_first_step.measure,
+    "approve-next-step": approve_resume.measure,
+    "status-throughput": status_throughput.measure,
+    "chat-fanout": chat_fanout.measure,
+    "paused-executions": paused.measure,
+}
+
+
+def machine() -> str:
+    with open("/proc/meminfo") as info:
+        total_kb = int(info.readline().split()[1])
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} cores, {total_kb / 2**20:.0f} GB RAM, {platform.python_implementation()} "
+        f"{platform.python_version()}, load average {load}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common_arguments(parser)
+    parser.add_argument("--only", help=f"comma-separated figures, of: {', '.join(FIGURES)}")
+    args = parser.parse_args()
+    chosen = [f.strip() for f in args.only.split(",")] if args.only else list(FIGURES)
+    unknown = set(chosen) - set(FIGURES)
+    if unknown:
+        raise SystemExit(f"--only: unknown {sorted(unknown)}")
+    print(f"vouch bench {'--quick ' if args.quick else ''}{datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {machine()}")
+
+    async def run() -> None:
+        for backend in backends_of(args):
+            started = time.monotonic()
+            async with stack(backend) as st:
+                for name in chosen:
+                    await FIGURES[name](st, args.quick)
+            print(f"[{backend}] done in {time.monotonic() - started:.0f} s", flush=True)
+
+    asyncio.run(run())
+    print(f"finished; load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Approve -> the agent's next step: a decision POSTed to the web process, the resume observed in the worker.
+
+    .venv/bin/python -m bench.approve_resume [--quick] [--backends sqlite,postgresql]
+
+N executions are created and paused at a checkpoint before their one step. Then one decision per execution
+is POSTed open loop (at a fixed rate, never waiting for an answer before the next send). The latency of each
+is from the moment its POST was sent to the `created_at` of the first event the worker writes after the
+decision (`execution.resumed` today): the worker has been woken, has claimed the execution and is running the
+agent again. Both moments are this machine's wall clock, taken in different processes. The decision POST's own
+answer time (the "acknowledge") is printed beside it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from bench.common import (
+    PAUSING_TASK,
+    Stack,
+    create_executions,
+    figure,
+    main_of,
+    note,
+    open_loop,
+    percentile,
+    spread,
+    wait_for_event,
+    wait_for_status,
+)
+from core.models import Checkpoint
+
+GOAL_MS = {"sqlite": 50.0, "postgresql": 100.0}
+
+
+async def checkpoints_of(st: Stack, ids: Sequence[str]) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    async with st.db.reading() as session:
+        for chunk in range(0, len(ids), 500):
+            rows = await session.execute(
+                sa.select(Checkpoint.execution_id, Checkpoint.id).where(
+                    Checkpoint.execution_id.in_(list(ids)[chunk : chunk + 500]), Checkpoint.status == "awaiting_review"
+                )
+            )
+            pairs.extend((e, c) for e, c in rows)
+    return pairs
+
+
+async def approve_and_observe(
+    st: Stack, targets: Sequence[tuple[str, str]], rate: float
+) -> tuple[list[float], list[float]]:
+    """Approve each (execution, checkpoint) open loop at `rate`/s; (resume latencies, POST answer times) in ms."""
+    sent: dict[str, float] = {}
+    answered: list[float] = []
+    failures: list[str] = []
+    async with st.client() as client:
+
+        async def send(i: int) -> None:
+            execution_id, checkpoint_id = targets[i]
+            url = f"{st.base}/api/eval/executions/{execution_id}/checkpoints/{checkpoint_id}/decision"
+            sent[execution_id] = time.time()
+            async with client.post(url, json={"decision": "approve", "comment": "bench"}) as answer:
+                await answer.read()
+                answered.append((time.time() - sent[execution_id]) * 1000)
+                if answer.status != 200:
+                    failures.append(f"{answer.status} {await answer.text()}")
+
+        await open_loop(len(targets), rate, send)
+    if failures:
+        raise SystemExit(f"{len(failures)} decisions failed, e.g. {failures[0]}")
+    ids = [e for e, _ in targets]
+    decided_seq: dict[str, int] = {}
+
+    def after(execution_id: str) -> int:
+        return decided_seq.get(execution_id, 10**9)
+
+    # Find each decision's event, then wait for the worker's first event after it.
+    events = await wait_for_event(st, ids, lambda _: 0)
+    for execution_id in ids:
+        decided_seq[execution_id] = max(s for s, t, *_ in events[execution_id] if t == "checkpoint.decided")
+    events = await wait_for_event(st, ids, after)
+    latencies = []
+    for execution_id in ids:
+        later = [(s, at) for s, _t, at, _p in events[execution_id] if s > decided_seq[execution_id]]
+        latencies.append((min(later)[1].timestamp() - sent[execution_id]) * 1000)
+    return latencies, answered
+
+
+async def measure(st: Stack, quick: bool) -> None:
+    count, rate = (10, 10.0) if quick else (300, 20.0)
+    ids = await create_executions(st, count, PAUSING_TASK)
+    await wait_for_status(st, ids, "awaiting_review")
+    targets = await checkpoints_of(st, ids)
+    latencies, answered = await approve_and_observe(st, targets, rate)
+    goal = GOAL_MS[st.backend]
+    figure(
+        "approve-next-step",
+        st.backend,
+        f"{spread(latencies)} | decision POST answered {spread(answered)} | open loop {rate:g}/s",
+        f"p99 <= {goal:g} ms",
+        percentile(latencies, 0.99) <= goal,
+    )
+    note("latency: decision POST sent -> created_at of the worker's first event after the decision (execution.resumed)")
+
+
+if __name__ == "__main__":
+    main_of(measure, __doc__.split("\n\n")[0])

@@ -1,0 +1,88 @@
+"""The web process the benchmarks run: what `vouch serve` (--worker) or `vouch web` serves, plus bench routes.
+
+    python -m bench.server --port 8123 [--worker]
+
+Built like core/cli.py's `_serve` (same app factory, same uvicorn settings, same logging), with two additions
+that exist only here:
+
+- `GET /bench/bare`: a bare Quart JSON route, no auth, no database: the baseline of the status throughput;
+- `POST /bench/emit`: commits events through this process's own Database, as the embedded worker does, and
+  answers each event's commit moment (CLOCK_MONOTONIC, taken by an event sink registered before the chat's):
+  the writer of the embedded chat fan-out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import time
+from typing import Any
+
+import uvicorn
+from quart import Quart, request
+
+from api.app import create_app
+from chat.socket import mount_chat
+from core.events import append_event
+from core.logs import configure_logging
+from core.settings import load_settings
+
+
+def add_bench_routes(app: Quart) -> None:
+    stamps: dict[str, dict[int, float]] = {}
+
+    async def stamp(message: dict[str, Any]) -> None:
+        book = stamps.get(message["executionId"])
+        if book is not None:
+            book[message["seq"]] = time.monotonic()
+
+    @app.before_serving
+    async def register_stamp() -> None:
+        # After create_app's start-up (the Database exists), before mount_chat's (its room sink comes second).
+        app.extensions["vouch"].db.add_event_sink(stamp)
+
+    @app.get("/bench/bare")
+    async def bare() -> dict[str, Any]:
+        return {"success": True, "status": "ok"}
+
+    @app.post("/bench/emit")
+    async def emit() -> dict[str, Any]:
+        body = await request.get_json()
+        execution_id, events, batch = str(body["executionId"]), int(body["events"]), int(body["batch"])
+        rate = float(body.get("rate") or 0)
+        db = app.extensions["vouch"].db
+        book = stamps[execution_id] = {}
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for first in range(0, events, batch):
+            if rate:
+                await asyncio.sleep(max(0.0, start + first / rate - loop.time()))
+            async with db.transaction() as session:
+                for n in range(first, min(events, first + batch)):
+                    await append_event(session, execution_id, "agent.message", {"text": f"step {n} " + "x" * 120})
+        del stamps[execution_id]
+        return {"stamps": {str(seq): at for seq, at in book.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--worker", action="store_true", help="run the worker in this process, as `vouch serve`")
+    args = parser.parse_args()
+    settings = load_settings()
+    configure_logging(logging.INFO)
+    app = create_app(settings, run_worker=args.worker)
+    add_bench_routes(app)
+    uvicorn.run(
+        mount_chat(app, settings),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="info",
+        lifespan="on",
+        ws="websockets-sansio",
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""Webhooks: what is sent, when it is queued, the delivery log and redelivery.
+
+A delivery is an outbox row (WebhookDelivery) written in the transaction that appends the event it
+reports: `core.events.append_event` calls `enqueue_for_event` for the few event types that can become
+webhooks, so the final state and its notification commit together or not at all. The worker sends the
+rows (core/webhook_sender.py).
+
+Body (Standard Webhooks): `{"type", "timestamp", "data"}`. The completion notification is always of type
+`execution.completed`, whatever the final status (completed, failed, rejected, cancelled): it tells that
+the execution has finished, and `data.status` tells how. A task can also ask (`webhookEvents`) for
+`checkpoint.awaiting_review` and `checkpoint.decided`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.db import publish_after_commit
+from core.ids import new_id
+from core.metrics import execution_metrics
+from core.models import Event, Execution, WebhookAttempt, WebhookDelivery, utcnow
+
+WEBHOOK_CHANNEL = "vouch:webhooks"
+COMPLETION = "execution.completed"
+OPTIONAL_EVENTS = ("checkpoint.awaiting_review", "checkpoint.decided")
+FINAL_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.rejected", "execution.cancelled"})
+# The event types append_event hands over; anything else costs the hot path one set lookup only.
+WEBHOOK_EVENT_TYPES = FINAL_EVENTS | frozenset(OPTIONAL_EVENTS)
+FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
+# Fields of a checkpoint event's payload that go out; the rest (the agent's next action) stays private.
+_CHECKPOINT_FIELDS = (
+    "checkpointId", "position", "stage", "verificationQuestion", "attempt", "decision", "by", "via", "comment", "at",
+)
+STATUS_PATH = "/api/eval/status/{execution_id}"
+
+
+def _iso(moment: datetime | None) -> str | None:
+    # The format of core.events.isoformat, repeated: core.events imports this module, not the reverse.
+    return None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class RedeliveryRefused(Exception):
+    """A redelivery is impossible; `code` says why in a stable word."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def _metrics(session: AsyncSession, execution_id: str) -> dict[str, Any]:
+    # populate_existing: the caller's session may hold this Execution from before a core UPDATE made it final.
+    execution = await session.get(Execution, execution_id, populate_existing=True)
+    return await execution_metrics(session, execution) if execution is not None else {}
+
+
+def _completion_payload(row: sa.Row[Any], metrics: dict[str, Any]) -> dict[str, Any]:
+    result = row.result if isinstance(row.result, dict) else {}
+    return {
+        "type": COMPLETION,
+        "timestamp": _iso(row.completed_at or utcnow()),
+        "data": {
+            "executionId": row.id,
+            "taskName": row.task_name,
+            "status": row.status,
+            "completedAt": _iso(row.completed_at),
+            "summary": result.get("summary"),
+            "error": row.error,
+            "metrics": metrics,
+            # A path here; the sender prefixes VOUCH_BASE_URL (the worker knows it, this transaction need not).
+            "statusUrl": STATUS_PATH.format(execution_id=row.id),
+        },
+    }
+
+
+def _checkpoint_payload(row: sa.Row[Any], event: Event) -> dict[str, Any]:
+    data: dict[str, Any] = {"executionId": row.id, "taskName": row.task_name}
+    data.update({key: event.payload[key] for key in _CHECKPOINT_FIELDS if key in event.payload})
+    data["statusUrl"] = STATUS_PATH.format(execution_id=row.id)
+    return {"type": event.type, "timestamp": _iso(event.created_at), "data": data}
+
+
+_FACTS = (
+    Execution.id,
+    Execution.user_id,
+    Execution.task_name,
+    Execution.status,
+    Execution.completed_at,
+    Execution.result,
+    Execution.error,
+    Execution.webhook_url,
+    Execution.webhook_events,
+)
+
+
+async def _facts(session: AsyncSession, execution_id: str) -> sa.Row[Any] | None:
+    # Columns, not the ORM object: the session may hold a stale Execution whose status a core UPDATE
+    # just changed in this same transaction.
+    return (await session.execute(sa.select(*_FACTS).where(Execution.id == execution_id))).first()
+
+
+def _queue(session: AsyncSession, row: sa.Row[Any], url: str, payload: dict[str, Any]) -> WebhookDelivery:
+    now = utcnow()
+    delivery = WebhookDelivery(
+        id=new_id("msg"),
+        execution_id=row.id,
+        user_id=row.user_id,
+        event_type=payload["type"],
+        url=url,
+        payload=payload,
+        status="pending",
+        attempts=0,
+        next_attempt_at=now,
+        created_at=now,
+    )
+    session.add(delivery)
+    publish_after_commit(session, WEBHOOK_CHANNEL, {"id": delivery.id})
+    return delivery
+
+
+async def enqueue_for_event(session: AsyncSession, event: Event) -> WebhookDelivery | None:
+    """Queue the webhook an event calls for, if any, in the caller's transaction."""
+    if event.type not in WEBHOOK_EVENT_TYPES:
+        return None
+    row = await _facts(session, event.execution_id)
+    if row is None or not row.webhook_url:
+        return None
+    if event.type in FINAL_EVENTS:
+        metrics = await _metrics(session, row.id)
+        return _queue(session, row, row.webhook_url, _completion_payload(row, metrics))
+    if event.type in (row.webhook_events or ()):
+        return _queue(session, row, row.webhook_url, _checkpoint_payload(row, event))
+    return None
+
+
+async def redeliver(session: AsyncSession, execution: Execution) -> WebhookDelivery:
+    """Queue the completion notification again, as a new message (a new `webhook-id`).
+
+    Raises RedeliveryRefused (`webhook_not_configured`, `execution_not_finished`) when there is nothing to send.
+    """
+    row = await _facts(session, execution.id)
+    if row is None:
+        raise RedeliveryRefused("not_found", f"no execution {execution.id}")
+    if not row.webhook_url:
+        raise RedeliveryRefused("webhook_not_configured", "the execution has no webhookUrl to deliver to")
+    if row.status not in FINAL_STATUSES:
+        raise RedeliveryRefused(
+            "execution_not_finished", f"the execution is {row.status}; its completion is sent once it finishes"
+        )
+    metrics = await _metrics(session, row.id)
+    return _queue(session, row, row.webhook_url, _completion_payload(row, metrics))
+
+
+def attempt_record(attempt: WebhookAttempt) -> dict[str, Any]:
+    return {
+        "number": attempt.number,
+        "at": _iso(attempt.started_at),
+        "statusCode": attempt.status_code,
+        "latencyMs": attempt.latency_ms,
+        "response": attempt.response_excerpt,
+        "error": attempt.error,
+    }
+
+
+async def deliveries_of(
+    session: AsyncSession, execution_id: str
+) -> list[tuple[WebhookDelivery, list[WebhookAttempt]]]:
+    """An execution's deliveries, oldest first, each with its attempts in order: the delivery log."""
+    deliveries = list(
+        await session.scalars(
+            sa.select(WebhookDelivery)
+            .where(WebhookDelivery.execution_id == execution_id)
+            .order_by(WebhookDelivery.created_at, WebhookDelivery.id)
+        )
+    )
+    attempts: dict[str, list[WebhookAttempt]] = {d.id: [] for d in deliveries}
+    if deliveries:
+        for attempt in await session.scalars(
+            sa.select(WebhookAttempt)
+            .where(WebhookAttempt.delivery_id.in_(list(attempts)))
+            .order_by(WebhookAttempt.delivery_id, WebhookAttempt.number)
+        ):
+            attempts[attempt.delivery_id].append(attempt)
+    return [(d, attempts[d.id]) for d in deliveries]
+
+
+async def webhook_record(session: AsyncSession, execution: Execution) -> dict[str, Any]:
+    """The status record's `webhook` part: the URL and every delivery with its attempts."""
+    return {
+        "url": execution.webhook_url,
+        "deliveries": [
+            {
+                "webhookId": delivery.id,
+                "type": delivery.event_type,
+                "status": delivery.status,
+                "createdAt": _iso(delivery.created_at),
+                "nextAttemptAt": _iso(delivery.next_attempt_at) if delivery.status == "pending" else None,
+                "finishedAt": _iso(delivery.finished_at),
+                "attempts": [attempt_record(attempt) for attempt in attempts],
+            }
+            for delivery, attempts in await deliveries_of(session, execution.id)
+        ],
+    }

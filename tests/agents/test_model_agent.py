@@ -1,0 +1,347 @@
+"""A model-backed agent through the real OpenAI client against a local scripted server: checkpoints enforced
+in code, rejections that reach the model verbatim, provider errors, budgets, unknown outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from aiohttp import web
+
+from agents.claims import claim_next
+from agents.runner import ExecutionRunner
+from core.db import Database
+from core.models import Execution, MailMessage, utcnow
+from core.settings import Settings
+from review import decide
+from tests.agents.test_runner import REVIEWER, claim_and_run, new_execution, snapshot
+from tests.support.fake_llm import FakeLLM, call, fail, fake_llm, last_tool_result, say
+
+MAIL_TASK = "E-mail the weekly report to boss@example.com."
+MAIL = {"to": "boss@example.com", "subject": "Weekly report", "body": "All green."}
+
+
+def model_settings(settings: Settings, llm: FakeLLM, **changes: Any) -> Settings:
+    return settings.with_changes(agent_base_url=llm.base_url, agent_request_retries=2, **changes)
+
+
+async def run(db: Database, settings: Settings) -> None:
+    await claim_and_run(db, settings)
+
+
+async def tool_mails(db: Database, execution_id: str) -> list[MailMessage]:
+    snap = await snapshot(db, execution_id)
+    return snap.mails
+
+
+async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: Database, settings: Settings) -> None:
+    async with fake_llm(call("send_email", **MAIL), call("finish", summary="Sent the report.")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db,
+            config,
+            MAIL_TASK,
+            test_mode="with-verification",
+            agent_model="openai:scripted",
+            autoDetectCheckpoints=True,
+        )
+        snap = await snapshot(db, exe)
+        # Detected before the run: the description names sending e-mail.
+        assert [(c.origin, c.stage, c.status) for c in snap.checkpoints] == [
+            ("auto", "Before sending e-mail", "pending")
+        ]
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "awaiting_review"
+        assert snap.mails == []  # the model asked to send; nothing went out
+        awaiting = snap.payloads("checkpoint.awaiting_review")
+        assert len(awaiting) == 1
+        assert awaiting[0]["nextAction"]["tool"] == "send_email"
+        assert awaiting[0]["nextAction"]["args"] == MAIL
+        assert snap.checkpoints[0].tool_call_id == snap.calls[0].id
+        assert [(c.tool, c.status) for c in snap.calls] == [("send_email", "proposed")]
+
+        async with db.transaction() as session:
+            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via="api")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed", snap.execution.error
+        assert snap.execution.result == {"summary": "Sent the report.", "toolCalls": ["send_email"]}
+        assert [(m.recipient, m.subject) for m in snap.mails] == [("boss@example.com", "Weekly report")]
+        assert len(llm.requests) == 2
+        assert json.loads(last_tool_result(llm.requests[1]))["to"] == "boss@example.com"
+        usage = snap.payloads("model.request")
+        assert [(u["inputTokens"], u["outputTokens"], u["costUsd"]) for u in usage] == [(100, 20, None)] * 2
+
+
+async def test_a_rejection_reaches_the_model_verbatim_and_its_next_try_is_the_next_attempt(
+    db: Database, settings: Settings
+) -> None:
+    comment = "Too terse.\nAdd the numbers — and sign it."
+    second = {**MAIL, "body": "All green: 12 of 12 checks. — Vouch"}
+    async with fake_llm(
+        call("send_email", **MAIL),
+        lambda body: call("send_email", **second) if comment in last_tool_result(body) else say("lost"),
+        call("finish", summary="Sent after revision."),
+    ) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db,
+            config,
+            MAIL_TASK,
+            test_mode="with-verification",
+            agent_model="openai:scripted",
+            autoDetectCheckpoints=True,
+        )
+        await run(db, config)
+        checkpoint_id = (await snapshot(db, exe)).checkpoints[0].id
+        async with db.transaction() as session:
+            await decide(session, checkpoint_id, "reject", by=REVIEWER, via="web", comment=comment)
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "awaiting_review"
+        assert comment in last_tool_result(llm.requests[1])  # verbatim, newline and dash included
+        assert [c.attempt for c in snap.checkpoints] == [2]
+        awaiting = snap.payloads("checkpoint.awaiting_review")
+        assert [(a["attempt"], a["nextAction"]["args"]["body"]) for a in awaiting] == [
+            (1, MAIL["body"]),
+            (2, second["body"]),
+        ]
+        assert [(c.tool, c.status) for c in snap.calls] == [("send_email", "rejected"), ("send_email", "proposed")]
+        async with db.transaction() as session:
+            await decide(session, checkpoint_id, "approve", by=REVIEWER, via="web")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed"
+        assert [m.text_body for m in snap.mails] == [second["body"]]
+
+
+async def test_a_caller_checkpoint_the_model_never_asks_for_is_reviewed_before_completion(
+    db: Database, settings: Settings
+) -> None:
+    checkpoint = {"stage": "Final check", "verificationQuestion": "Is the summary right?"}
+    async with fake_llm(call("write_file", path="a.md", content="x"), say("All done.")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db,
+            config,
+            "Write a.md.",
+            test_mode="with-verification",
+            agent_model="openai:scripted",
+            checkpoints=[checkpoint],
+        )
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "awaiting_review"
+        [awaiting] = snap.payloads("checkpoint.awaiting_review")
+        assert awaiting["stage"] == "Final check"
+        assert awaiting["nextAction"]["tool"] == "finish"
+        assert awaiting["nextAction"]["args"] == {"summary": "All done."}
+        async with db.transaction() as session:
+            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via="chat")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed"
+        assert snap.execution.result == {"summary": "All done.", "toolCalls": ["write_file"]}
+        assert [f.path for f in snap.files] == ["a.md"]
+
+
+async def test_request_review_pauses_at_the_named_stage_and_the_answer_says_who_approved(
+    db: Database, settings: Settings
+) -> None:
+    checkpoints = [
+        {"stage": "Outline", "verificationQuestion": "Outline OK?"},
+        {"stage": "Draft", "verificationQuestion": "Draft OK?"},
+    ]
+    async with fake_llm(
+        call("request_review", stage="draft", summary="draft written"),
+        lambda body: call("finish", summary=last_tool_result(body)),
+    ) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db,
+            config,
+            "Write a draft.",
+            test_mode="with-verification",
+            agent_model="openai:scripted",
+            checkpoints=checkpoints,
+        )
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        [awaiting] = snap.payloads("checkpoint.awaiting_review")
+        assert awaiting["stage"] == "Draft"
+        async with db.transaction() as session:
+            await decide(session, snap.checkpoints[1].id, "approve", by=REVIEWER, via="web", comment="nice")
+        await run(db, config)
+        # finish: the Outline checkpoint was never asked for, so it is reviewed before completion.
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "awaiting_review"
+        assert snap.payloads("checkpoint.awaiting_review")[-1]["stage"] == "Outline"
+        assert last_tool_result(llm.requests[1]) == f"Approved by {REVIEWER}: nice"
+
+
+async def test_without_verification_every_checkpoint_is_auto_approved_and_nothing_pauses(
+    db: Database, settings: Settings
+) -> None:
+    async with fake_llm(call("send_email", **MAIL), call("finish", summary="done")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db,
+            config,
+            MAIL_TASK,
+            agent_model="openai:scripted",
+            autoDetectCheckpoints=True,
+            checkpoints=[{"stage": "End", "verificationQuestion": "ok?"}],
+        )
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed"
+        assert sorted(c.status for c in snap.checkpoints) == ["auto_approved", "auto_approved"]
+        assert snap.payloads("checkpoint.awaiting_review") == []
+        assert len(snap.mails) == 1
+
+
+async def test_rate_limited_requests_are_retried_and_a_bad_key_fails_clearly(db: Database, settings: Settings) -> None:
+    async with fake_llm(
+        fail(429, "slow down", **{"retry-after-ms": "10"}),
+        fail(429, "slow down", **{"retry-after-ms": "10"}),
+        call("finish", summary="made it"),
+    ) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(db, config, "Anything.", agent_model="openai:scripted")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed"
+        assert len(llm.requests) == 3
+    async with fake_llm(fail(401, "Incorrect API key provided")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(db, config, "Anything.", agent_model="openai:scripted")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "failed"
+        assert snap.execution.error is not None
+        assert "HTTP 401" in snap.execution.error and "Incorrect API key" in snap.execution.error
+        assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error}]
+        assert len(llm.requests) == 1  # a bad key is not retried
+
+
+@pytest.mark.parametrize(
+    ("budget", "says"),
+    [
+        ({"agent_max_steps": 3}, "used 3 of 3 steps"),
+        ({"agent_max_tokens": 250}, "of 250 tokens"),
+    ],
+)
+async def test_a_model_that_never_finishes_runs_out_of_budget(
+    db: Database, settings: Settings, budget: dict[str, Any], says: str
+) -> None:
+    turns = [call("list_files") for _ in range(5)]
+    async with fake_llm(*turns) as llm:
+        config = model_settings(settings, llm, **budget)
+        exe = await new_execution(db, config, "Look around.", agent_model="openai:scripted")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "failed"
+        assert snap.execution.error is not None and says in snap.execution.error
+        assert len(llm.requests) < 5
+
+
+async def test_unknown_tools_and_bad_arguments_go_back_to_the_model(db: Database, settings: Settings) -> None:
+    async with fake_llm(
+        call("format_disk"),
+        call("write_file", path="only-a-path.md"),
+        call("finish", summary="ok"),
+    ) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(db, config, "Try things.", agent_model="openai:scripted")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed"
+        assert last_tool_result(llm.requests[1]).startswith("Error: there is no tool 'format_disk'")
+        assert last_tool_result(llm.requests[2]) == "Error: write_file needs the arguments content."
+        assert snap.calls == []
+
+
+async def test_http_request_to_loopback_is_refused_and_the_model_is_told(db: Database, settings: Settings) -> None:
+    async with fake_llm(
+        call("http_request", method="GET", url="http://127.0.0.1:9/secret"),
+        lambda body: call("finish", summary=last_tool_result(body)),
+    ) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(db, config, "Fetch the secret.", agent_model="openai:scripted")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed"
+        answer = json.loads(last_tool_result(llm.requests[1]))
+        assert answer["error"].startswith("refused:")
+        assert [(c.tool, c.status) for c in snap.calls] == [("http_request", "failed")]
+
+
+async def test_a_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, settings: Settings) -> None:
+    """The worker dies while a POST is in flight: the next worker does not know whether it happened, so a
+    human decides; rejecting tells the model it was not repeated."""
+    arrived, released = asyncio.Event(), asyncio.Event()
+    hits: list[str] = []
+
+    async def hang(request: web.Request) -> web.Response:
+        hits.append(await request.text())
+        arrived.set()
+        await released.wait()  # answers only once the test is over: the worker never hears back
+        return web.Response(text="charged")
+
+    app = web.Application()
+    app.router.add_post("/charge", hang)
+    app_runner = web.AppRunner(app)
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{app_runner.addresses[0][1]}/charge"
+    try:
+        async with fake_llm(
+            call("http_request", method="POST", url=url, body='{"amount": 5}'),
+            lambda body: call("finish", summary=last_tool_result(body)),
+        ) as llm:
+            config = model_settings(settings, llm, outbound_allowlist=("127.0.0.0/8",))
+            exe = await new_execution(
+                db,
+                config,
+                "Charge the customer.",
+                test_mode="with-verification",
+                agent_model="openai:scripted",
+                assignedReviewer=REVIEWER,
+            )
+            got = await claim_next(db, "worker-1", 30)
+            assert got is not None
+            doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())
+            await asyncio.wait_for(arrived.wait(), 10)
+            doomed.cancel()  # the worker is gone mid-request; its lease is left to run out
+            await asyncio.gather(doomed, return_exceptions=True)
+            async with db.transaction() as session:
+                await session.execute(sa.update(Execution).where(Execution.id == exe).values(lease_until=utcnow()))
+            await run(db, config)
+            snap = await snapshot(db, exe)
+            assert snap.execution.status == "awaiting_review"
+            [awaiting] = snap.payloads("checkpoint.awaiting_review")
+            assert awaiting["stage"] == "Outcome unknown after a crash"
+            assert awaiting["nextAction"]["args"]["url"] == url
+            assert len(hits) == 1
+            async with db.transaction() as session:
+                await decide(
+                    session,
+                    awaiting["checkpointId"],
+                    "reject",
+                    by=REVIEWER,
+                    via="web",
+                    comment="It went through; do not charge twice.",
+                )
+            await run(db, config)
+            snap = await snapshot(db, exe)
+            assert snap.execution.status == "completed"
+            assert "do not charge twice" in last_tool_result(llm.requests[1])
+            assert len(hits) == 1
+    finally:
+        released.set()
+        await app_runner.cleanup()
