@@ -177,6 +177,8 @@ class StatusRecordOut(_Out):
     status: Status
     testMode: Mode
     assignedReviewer: Reviewer
+    agentModel: str = Field(description="The agent's model: `offline`, `openai:<model>` or `anthropic:<model>`.")
+    autoDetectCheckpoints: bool = Field(description="Whether the service adds and enforces checkpoints itself.")
     chatUrl: ChatUrl
     createdAt: CreatedAt
     startedAt: datetime | None = Field(description="When a worker first began it; null before.")

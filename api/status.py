@@ -44,6 +44,8 @@ async def status_record(session: AsyncSession, execution: Execution, chat_url: s
         "status": execution.status,
         "testMode": execution.test_mode,
         "assignedReviewer": execution.assigned_reviewer,
+        "agentModel": execution.agent_model,
+        "autoDetectCheckpoints": execution.auto_detect_checkpoints,
         "chatUrl": chat_url,
         "createdAt": isoformat(execution.created_at),
         "startedAt": isoformat(execution.started_at),

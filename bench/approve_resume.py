@@ -55,6 +55,7 @@ async def approve_and_observe(
     sent: dict[str, float] = {}
     answered: list[float] = []
     failures: list[str] = []
+    cpu_before = st.cpu()
     async with st.client() as client:
 
         async def send(i: int) -> None:
@@ -85,11 +86,20 @@ async def approve_and_observe(
     for execution_id in ids:
         later = [(s, at) for s, _t, at, _p in events[execution_id] if s > decided_seq[execution_id]]
         latencies.append((min(later)[1].timestamp() - sent[execution_id]) * 1000)
+    await wait_for_status(st, ids, "completed")
+    web, worker = (after - before for after, before in zip(st.cpu(), cpu_before, strict=True))
+    if st.worker is None:
+        note(f"CPU per approval (decision POST + the rest of the run), one process: {web / len(ids) * 1000:.1f} ms")
+    else:
+        note(
+            f"CPU per approval: web {web / len(ids) * 1000:.1f} ms (decision POST), "
+            f"worker {worker / len(ids) * 1000:.1f} ms (resume and run to completion: 1 step)"
+        )
     return latencies, answered
 
 
 async def measure(st: Stack, quick: bool) -> None:
-    count, rate = (10, 10.0) if quick else (300, 20.0)
+    count, rate = (10, 10.0) if quick else (300, 10.0)
     ids = await create_executions(st, count, PAUSING_TASK)
     await wait_for_status(st, ids, "awaiting_review")
     targets = await checkpoints_of(st, ids)

@@ -111,6 +111,12 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Stack:
     backend: str
@@ -133,6 +139,11 @@ class Stack:
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds used so far by (the web process, the worker process); the same process when embedded."""
+        assert self.web is not None
+        return cpu_seconds(self.web.pid), cpu_seconds(self.worker_pid)
 
     @property
     def worker_pid(self) -> int:

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Stack, figure, main_of, note, open_loop, percentile, spread, wait_for_event
+from bench.common import Stack, figure, main_of, note, open_loop, percentile, spread, wait_for_event, wait_for_status
 
 TASK = {"taskName": "bench", "taskDescription": "Summarise.", "testMode": "without-verification"}
 
 
 async def measure(st: Stack, quick: bool) -> None:
-    count, rate = (10, 10.0) if quick else (300, 20.0)
+    count, rate = (10, 10.0) if quick else (300, 10.0)
     sent: dict[str, float] = {}
     answered: list[float] = []
+    cpu_before = st.cpu()
     async with st.client() as client:
 
         async def send(_: int) -> None:
@@ -37,6 +38,13 @@ async def measure(st: Stack, quick: bool) -> None:
     ids = list(sent)
     # seq 1 is the create's own `execution.created`; the worker writes from seq 2.
     events = await wait_for_event(st, ids, lambda _: 1)
+    await wait_for_status(st, ids, "completed")
+    web, worker = (after - before for after, before in zip(st.cpu(), cpu_before, strict=True))
+    cpu = (
+        f"one process {web / count * 1000:.1f} ms"
+        if st.worker is None
+        else f"web {web / count * 1000:.1f} ms (create POST), worker {worker / count * 1000:.1f} ms (run: 1 step)"
+    )
     latencies = [(min(at for s, _t, at, _p in events[i] if s > 1).timestamp() - sent[i]) * 1000 for i in ids]
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
     figure(
@@ -47,6 +55,7 @@ async def measure(st: Stack, quick: bool) -> None:
         p50 <= 5 and p99 <= 25,
     )
     note("latency: create POST sent -> created_at of the worker's first event (execution.started)")
+    note(f"CPU per execution: {cpu}")
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ async def measure(st: Stack, quick: bool, count: int | None = None) -> None:
     total = count or (100 if quick else 100_000)
     real = min(total, 10 if quick else 500)
     approvals = min(total, 10 if quick else 1000)
-    rate = 10.0 if quick else 25.0
+    rate = 10.0
     rss_idle, bytes_idle = rss_bytes(st.worker_pid), await database_bytes(st)
 
     started = time.monotonic()

@@ -79,7 +79,20 @@ def _system_text(type_: str, payload: dict[str, Any]) -> str | None:
             return f"Escalated to the backup reviewer {payload.get('to')}"
         case "review.deadline_passed":
             return f"The review deadline passed: {payload.get('policy')} applies"
+        case "model.request":
+            return model_request_text(payload)
     return None
+
+
+def model_request_text(payload: dict[str, Any]) -> str:
+    """One quiet line per model request; static/js/chat-view.js says the same words."""
+    seconds = float(payload.get("durationMs") or 0) / 1000
+    cost = payload.get("costUsd")
+    text = (
+        f"Asked {payload.get('model') or 'the model'}: {payload.get('inputTokens', 0)} tokens in, "
+        f"{payload.get('outputTokens', 0)} out, {seconds:.1f} s"
+    )
+    return text + (f", ${cost:.4f}" if isinstance(cost, int | float) else "")
 
 
 OUTCOME_TITLES = {
@@ -121,8 +134,12 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
         elif type_ == "tool.result":
             found = tools.get(str(payload.get("toolCallId")))
             if found is not None:
+                failed = payload.get("error") is not None
                 found.data.update(
-                    done=True, resultText=pretty(payload.get("result")), durationMs=payload.get("durationMs")
+                    done=True,
+                    failed=failed,
+                    resultText=str(payload["error"]) if failed else pretty(payload.get("result")),
+                    durationMs=payload.get("durationMs"),
                 )
         elif type_ == "checkpoint.awaiting_review":
             next_action = payload.get("nextAction") or {}

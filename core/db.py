@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sqlite3
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,6 +14,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.util import await_only
 
 from core.bus import Bus
 
@@ -39,18 +43,79 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None
     cursor.close()
 
 
-def _sqlite_begin(conn: Connection) -> None:
-    # A writer must hold the lock from its first statement: a deferred BEGIN that later
-    # upgrades to a write either loses updates or fails with "database is locked".
-    immediate = conn.get_execution_options().get("vouch_write", False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+_WRITING = "vouch_sqlite_writer"
+_BUSY_SECONDS = 30.0
+
+
+class _SqliteWriters:
+    """This process's SQLite writers take turns on the event loop before BEGIN IMMEDIATE.
+
+    SQLite lets one writer in at a time. A writer that finds the lock taken waits in SQLite's busy handler,
+    which sleeps 1, 2, 5, 10, … up to 100 ms between tries however soon the lock comes free: with the web app
+    and the worker in one process (`vouch serve`), a handful of concurrent transactions turned milliseconds of
+    work into waits of hundreds of milliseconds (bench/README.md). Queued here instead, in order, the next writer
+    starts the moment the last one commits. Writers in other processes still meet at SQLite's lock.
+    """
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+    def _lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        lock = self._locks.get(loop)
+        if lock is None:
+            lock = self._locks[loop] = asyncio.Lock()
+        return lock
+
+    async def _acquire(self) -> asyncio.Lock:
+        lock = self._lock()
+        try:
+            await asyncio.wait_for(lock.acquire(), _BUSY_SECONDS)
+        except TimeoutError:
+            raise sqlite3.OperationalError("database is locked") from None
+        return lock
+
+    def begin(self, conn: Connection) -> None:
+        # A writer must hold the lock from its first statement: a deferred BEGIN that later
+        # upgrades to a write either loses updates or fails with "database is locked".
+        if not conn.get_execution_options().get("vouch_write", False):
+            conn.exec_driver_sql("BEGIN")
+            return
+        # Runs inside SQLAlchemy's greenlet for the async driver: await_only waits on this process's loop.
+        conn.info[_WRITING] = await_only(self._acquire())
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            self.release(conn.info)
+            raise
+
+    @staticmethod
+    def release(info: dict[Any, Any]) -> None:
+        lock: asyncio.Lock | None = info.pop(_WRITING, None)
+        if lock is not None:
+            lock.release()
+
+    def listen(self, engine: AsyncEngine) -> None:
+        sync = engine.sync_engine
+        event.listen(sync, "begin", self.begin)
+        # The transaction ends (commit, rollback), or its connection goes back to the pool or away: next writer.
+        event.listen(sync, "commit", lambda conn: self.release(conn.info))
+        event.listen(sync, "rollback", lambda conn: self.release(conn.info))
+        event.listen(
+            sync.pool, "checkin", lambda dbapi_connection, connection_record: self.release(connection_record.info)
+        )
+        event.listen(
+            sync.pool,
+            "invalidate",
+            lambda dbapi_connection, connection_record, exception: self.release(connection_record.info),
+        )
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+        engine = create_async_engine(url, connect_args={"timeout": _BUSY_SECONDS}, **kwargs)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        event.listen(engine.sync_engine, "begin", _sqlite_begin)
+        _SqliteWriters().listen(engine)
         return engine
     return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True, **kwargs)
 

@@ -121,7 +121,9 @@ async def follow(
 ) -> AsyncGenerator[Event, None]:
     """Yield the execution's events after `after_seq`, each once and in order, until its final event."""
     order = _Ordered(after_seq)
-    failing_since: float | None = None
+    # Never connected: the stream is not available here (a proxy without websockets); say so at once, so that
+    # wait() polls instead. Once it worked, a break is a blip (a restart) and worth reconnecting for.
+    failing_since: float | None = time.monotonic() - reconnect_for
     pause = 0.2
     while True:
         conn = _Connection()

@@ -196,6 +196,12 @@ export function createView(root, needState) {
         return `Escalated to the backup reviewer ${payload.to}`;
       case "review.deadline_passed":
         return `The review deadline passed: ${payload.policy} applies`;
+      case "model.request": {
+        const seconds = (Number(payload.durationMs) || 0) / 1000;
+        const cost = typeof payload.costUsd === "number" ? `, $${payload.costUsd.toFixed(4)}` : "";
+        return `Asked ${payload.model || "the model"}: ${payload.inputTokens || 0} tokens in, ` +
+          `${payload.outputTokens || 0} out, ${seconds.toFixed(1)} s${cost}`;
+      }
       default:
         return null;
     }
@@ -234,9 +240,11 @@ export function createView(root, needState) {
     } else if (type === "tool.result") {
       const call = tools.get(payload.toolCallId);
       if (call) {
+        const failed = payload.error !== undefined && payload.error !== null;
         call.classList.add("done");
-        fill(call, "state", `done in ${duration(payload.durationMs)}`);
-        fill(call, "resultText", pretty(payload.result));
+        call.classList.toggle("failed", failed);
+        fill(call, "state", `${failed ? "failed" : "done"} in ${duration(payload.durationMs)}`);
+        fill(call, "resultText", failed ? String(payload.error) : pretty(payload.result));
         showPart(call, "result", true);
       }
     } else if (type === "checkpoint.awaiting_review") {

@@ -345,3 +345,26 @@ async def test_a_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, 
     finally:
         released.set()
         await app_runner.cleanup()
+
+
+async def test_anthropic_models_run_through_anthropics_own_client(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with fake_llm(call("write_file", path="a.md", content="hi"), call("finish", summary="wrote a.md")) as llm:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", llm.root)
+        exe = await new_execution(db, settings, "Write a.md.", agent_model="anthropic:claude-scripted")
+        await run(db, settings)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed", snap.execution.error
+        assert snap.execution.result == {"summary": "wrote a.md", "toolCalls": ["write_file"]}
+        # Anthropic's wire format: the tool result goes back as a tool_result block in a user turn.
+        results = [
+            block
+            for message in llm.requests[1]["messages"]
+            if isinstance(message["content"], list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        ]
+        assert len(results) == 1 and "a.md" in json.dumps(results[0])
+        assert "Write a.md." in json.dumps(llm.requests[0]["system"])

@@ -177,6 +177,8 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "/checkpoints/0/question",
     ),
     ("auto-detect-not-boolean", task(autoDetectCheckpoints=[1]), "/autoDetectCheckpoints"),
+    ("agent-model-unknown-provider", task(agentModel="mistral:large"), "/agentModel"),
+    ("agent-model-without-name", task(agentModel="openai:"), "/agentModel"),
     ("unknown-field-misspelt", task(testmode="without-verification"), "/testmode"),
     ("unknown-field", task(priority="high"), "/priority"),
     ("taskName-too-long", task(taskName="x" * 201), "/taskName"),
@@ -283,3 +285,29 @@ async def test_unparsable_or_non_object_json_is_400(api_only: Service, subtests:
 async def test_authentication_comes_before_body_checks(api_only: Service) -> None:
     response = await api_only.client.post(CREATE, data=b"{oops", headers={"Content-Type": "text/plain"})
     assert_problem(response, await response.get_json(), 401, "missing_api_key", "Unauthorized")
+
+
+async def test_auto_detected_checkpoints_are_counted_and_follow_the_callers(api_only: Service) -> None:
+    acct = await account(api_only, "owner@example.com", "eval:create", "eval:read")
+    body = task(
+        taskDescription="Fetch https://example.com/report, then e-mail it to boss@example.com and delete the draft.",
+        checkpoints=[CHECKPOINT],
+        autoDetectCheckpoints=True,
+        assignedReviewer=REVIEWER,
+    )
+    created = await create_ok(api_only, acct.key, body)
+    record = await get_status(api_only, acct.key, created)
+    assert record["checkpointCount"] == 4
+    assert [(c["origin"], c["stage"]) for c in record["checkpoints"]] == [
+        ("caller", "Before writing"),
+        ("auto", "Before sending e-mail"),
+        ("auto", "Before calling an external service"),
+        ("auto", "Before deleting"),
+    ]
+    assert record["autoDetectCheckpoints"] is True and record["agentModel"] == "offline"
+
+
+async def test_a_task_may_choose_its_model(api_only: Service) -> None:
+    acct = await account(api_only, "owner@example.com", "eval:create", "eval:read")
+    created = await create_ok(api_only, acct.key, task(agentModel="openai:gpt-4.1-mini"))
+    assert (await get_status(api_only, acct.key, created))["agentModel"] == "openai:gpt-4.1-mini"

@@ -26,6 +26,8 @@ RECORD_KEYS = {
     "status",
     "testMode",
     "assignedReviewer",
+    "agentModel",
+    "autoDetectCheckpoints",
     "chatUrl",
     "createdAt",
     "startedAt",

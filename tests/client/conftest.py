@@ -17,17 +17,17 @@ from tests.support.live import live_server
 OWNER = "caller@example.com"
 
 
-def accounts(settings: Settings, *wanted: tuple[str, tuple[str, ...]]) -> list[Account]:
+async def make_accounts(settings: Settings, *wanted: tuple[str, tuple[str, ...]]) -> list[Account]:
     """Users with one key each, made in the service's database before (or while) it serves."""
+    database = Database(settings.database_url, InProcessBus())
+    try:
+        return [await make_account(database, settings, email, *scopes) for email, scopes in wanted]
+    finally:
+        await database.dispose()
 
-    async def make() -> list[Account]:
-        database = Database(settings.database_url, InProcessBus())
-        try:
-            return [await make_account(database, settings, email, *scopes) for email, scopes in wanted]
-        finally:
-            await database.dispose()
 
-    return asyncio.run(make())
+def accounts(settings: Settings, *wanted: tuple[str, tuple[str, ...]]) -> list[Account]:
+    return asyncio.run(make_accounts(settings, *wanted))
 
 
 @dataclass

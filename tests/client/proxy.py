@@ -46,6 +46,7 @@ class Proxy:
             first = await reader.read(65536)
             if self.block_websockets and first.startswith(SOCKET_IO):
                 self.blocked += 1
+                writer.close()
                 return
             up_reader, up_writer = await asyncio.open_connection(host, port)
         except (ConnectionError, OSError):

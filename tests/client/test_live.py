@@ -8,10 +8,15 @@ import threading
 
 from api.client import AsyncClient, Client, Event, StreamError
 from core.settings import Settings
-from tests.client.conftest import OWNER, Vouch, accounts, plain_task, reviewed_task
+from tests.client.conftest import OWNER, Vouch, make_accounts, plain_task, reviewed_task
 from tests.client.helpers import status_when
 from tests.client.proxy import Proxy
 from tests.support.live import live_server
+from tests.support.waiting import until
+
+
+async def _true(condition: bool) -> bool | None:
+    return True if condition else None
 
 
 def _seqs(events: list[Event]) -> list[int]:
@@ -57,8 +62,7 @@ async def test_wait_falls_back_to_polling_when_websockets_are_blocked(vouch: Vou
 
             async def approve_later() -> None:
                 # Once wait() has tried the stream (and been refused), the run moves on.
-                while proxy.blocked == 0:
-                    await asyncio.sleep(0.05)
+                await until(lambda: _true(proxy.blocked > 0), timeout=15)
                 await client.decide(created.executionId, waiting.checkpointId, "approve")
 
             approving = asyncio.ensure_future(approve_later())
@@ -74,7 +78,7 @@ async def test_wait_falls_back_to_polling_when_websockets_are_blocked(vouch: Vou
 
 
 async def test_stream_resumes_after_the_web_process_restarts(client_settings: Settings) -> None:
-    owner = accounts(client_settings, (OWNER, ("eval:manage",)))[0]
+    owner = (await make_accounts(client_settings, (OWNER, ("eval:manage",))))[0]
     probe = socket.socket()
     probe.bind(("127.0.0.1", 0))
     port = probe.getsockname()[1]

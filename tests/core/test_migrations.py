@@ -32,6 +32,9 @@ TABLES = {
     "idempotency_records",
     "review_links",
     "review_timers",
+    "webhook_deliveries",
+    "webhook_attempts",
+    "webhook_secrets",
 }
 
 

@@ -141,11 +141,33 @@ def test_empty_secret_key_file_is_refused(tmp_path: Path) -> None:
         ("VOUCH_WORKER_CONCURRENCY", "0"),
         ("VOUCH_WORKER_CONCURRENCY", "many"),
         ("VOUCH_WORKER_CONCURRENCY", "inf"),
+        ("VOUCH_AGENT_MAX_STEPS", "0"),
+        ("VOUCH_AGENT_MAX_TOKENS", "lots"),
+        ("VOUCH_AGENT_REQUEST_RETRIES", "-1"),
     ],
 )
 def test_bad_numbers_are_refused(tmp_path: Path, name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         load_settings(env_in(tmp_path, **{name: value}))
+
+
+def test_agent_budgets_and_the_outbound_allowlist(tmp_path: Path) -> None:
+    settings = load_settings(
+        env_in(
+            tmp_path,
+            VOUCH_AGENT_BASE_URL="http://127.0.0.1:11434/v1/",
+            VOUCH_AGENT_MAX_STEPS="7",
+            VOUCH_AGENT_MAX_SECONDS="60",
+            VOUCH_AGENT_MAX_TOKENS="5000",
+            VOUCH_OUTBOUND_ALLOWLIST=" 127.0.0.1/8, 10.1.2.3 ,fd00::/8",
+        )
+    )
+    assert settings.agent_base_url == "http://127.0.0.1:11434/v1"
+    assert (settings.agent_max_steps, settings.agent_max_seconds, settings.agent_max_tokens) == (7, 60.0, 5000)
+    # Normalised: host bits dropped, a bare address is its own /32.
+    assert settings.outbound_allowlist == ("127.0.0.0/8", "10.1.2.3/32", "fd00::/8")
+    with pytest.raises(SettingsError, match="VOUCH_OUTBOUND_ALLOWLIST: 'localhost' is not a CIDR"):
+        load_settings(env_in(tmp_path, VOUCH_OUTBOUND_ALLOWLIST="localhost"))
 
 
 def test_bad_base_url_is_refused(tmp_path: Path) -> None:

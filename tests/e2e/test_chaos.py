@@ -5,6 +5,7 @@ is gapless."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -22,9 +23,10 @@ from aiosmtpd.controller import Controller
 from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.db import Database
-from core.models import Event, Execution
+from core.models import Event, Execution, ToolCall
 from core.settings import Settings
 from tests.conftest import make_account
+from tests.support.fake_llm import Answer, call, fake_llm
 from tests.support.ports import free_port
 from tests.support.processes import VOUCH, running, vouch_env
 from tests.support.waiting import until
@@ -70,30 +72,17 @@ def inbox() -> Iterator[tuple[Inbox, int]]:
         controller.stop()
 
 
-async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
-    settings: Settings, db: Database, inbox: tuple[Inbox, int]
-) -> None:
-    box, port = inbox
+async def create_all(db: Database, settings: Settings, tasks: list[CreateTaskIn], model: str) -> list[str]:
     account = await make_account(db, settings, "chaos@example.com", "eval:manage")
-    ids = []
     async with db.transaction() as session:
-        for n in range(EXECUTIONS):
-            created = await create_execution(
-                session,
-                account.caller(),
-                CreateTaskIn(taskName=f"chaos {n}", taskDescription=task(n), testMode="without-verification"),
-                "offline",
-            )
-            ids.append(created.id)
-    env = vouch_env(
-        settings,
-        VOUCH_SMTP_URL=f"smtp://127.0.0.1:{port}",
-        VOUCH_WORKER_LEASE_SECONDS="1.5",
-        VOUCH_WORKER_POLL_SECONDS="0.2",
-        VOUCH_WORKER_CONCURRENCY="4",
-    )
+        return [(await create_execution(session, account.caller(), t, model)).id for t in tasks]
+
+
+async def kill_at_random(settings: Settings, db: Database, env: dict[str, str], ids: list[str], kills: int) -> int:
+    """Run two workers until every execution ends, killing one (-9) at a random moment up to `kills` times
+    and starting it again; returns how many kills there were."""
     chance = random.Random(os.environ.get("VOUCH_CHAOS_SEED", "vouch"))
-    kills = 0
+    killed = 0
 
     async def all_done() -> bool | None:
         async with db.reading() as session:
@@ -105,25 +94,22 @@ async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
             processes.enter_context(running([VOUCH, "worker"], env, settings.data_dir / f"chaos-{name}.log"))
             for name in ("a", "b")
         ]
-        while kills < KILLS and await all_done() is None:
+        while killed < kills and await all_done() is None:
             # A random moment (chaos timing, not synchronisation): inside a step, between steps, while mail
-            # goes out or while a lease is renewed.
+            # goes out, while a model answers or while a lease is renewed.
             await asyncio.sleep(chance.uniform(0.2, 1.0))
             victim = chance.randrange(len(workers))
             os.kill(workers[victim].pid, signal.SIGKILL)
             workers[victim].wait(timeout=10)
-            kills += 1
+            killed += 1
             workers[victim] = processes.enter_context(
-                running([VOUCH, "worker"], env, settings.data_dir / f"chaos-{kills}.log")
+                running([VOUCH, "worker"], env, settings.data_dir / f"chaos-{killed}.log")
             )
         await until(all_done, timeout=90)
+    return killed
 
-        async def all_mail_arrived() -> bool | None:
-            return True if len({mid for mid, _ in box.snapshot()}) >= 2 * EXECUTIONS else None
 
-        await until(all_mail_arrived, timeout=30)
-
-    assert kills >= 1
+async def assert_gapless_and_completed(db: Database, ids: list[str]) -> None:
     async with db.reading() as session:
         rows = (await session.execute(sa.select(Execution.id, Execution.status).where(Execution.id.in_(ids)))).all()
         assert {status for _, status in rows} == {"completed"}
@@ -134,12 +120,89 @@ async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
                 )
             )
             assert seqs == list(range(1, len(seqs) + 1)), execution_id
+
+
+def worker_env(settings: Settings, smtp_port: int, **extra: str) -> dict[str, str]:
+    return vouch_env(
+        settings,
+        VOUCH_SMTP_URL=f"smtp://127.0.0.1:{smtp_port}",
+        VOUCH_WORKER_LEASE_SECONDS="1.5",
+        VOUCH_WORKER_POLL_SECONDS="0.2",
+        VOUCH_WORKER_CONCURRENCY="4",
+        **extra,
+    )
+
+
+def assert_each_mail_once(box: Inbox, expected: list[str], kills: int) -> None:
     received = box.snapshot()
-    expected = sorted(f"{which}{n}@example.com" for n in range(EXECUTIONS) for which in ("first", "second"))
     by_id = {mid: to for mid, to in received}
     # Each mail the agents sent is one message (one Message-ID) at the server, and every one arrived.
-    assert sorted(by_id.values()) == expected
+    assert sorted(by_id.values()) == sorted(expected)
     # The SMTP hop itself is at-least-once: only a kill between the server's 250 and our record of it can
     # make the dispatcher send a message again, with the same Message-ID, so receivers can drop it.
     resent = sum(count - 1 for count in Counter(mid for mid, _ in received).values())
     assert resent <= kills
+
+
+async def until_mail(box: Inbox, count: int) -> None:
+    async def arrived() -> bool | None:
+        return True if len({mid for mid, _ in box.snapshot()}) >= count else None
+
+    await until(arrived, timeout=30)
+
+
+async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
+    settings: Settings, db: Database, inbox: tuple[Inbox, int]
+) -> None:
+    box, port = inbox
+    tasks = [
+        CreateTaskIn(taskName=f"chaos {n}", taskDescription=task(n), testMode="without-verification")
+        for n in range(EXECUTIONS)
+    ]
+    ids = await create_all(db, settings, tasks, "offline")
+    kills = await kill_at_random(settings, db, worker_env(settings, port), ids, KILLS)
+    await until_mail(box, 2 * EXECUTIONS)
+    assert kills >= 1
+    await assert_gapless_and_completed(db, ids)
+    expected = [f"{which}{n}@example.com" for n in range(EXECUTIONS) for which in ("first", "second")]
+    assert_each_mail_once(box, expected, kills)
+
+
+def conversation_script(body: dict[str, Any]) -> Answer:
+    """A model that mails the address in its task's name, writes a note, then finishes: decided from the
+    conversation alone, so any worker may ask it at any point, as often as crashes make it."""
+    task_name = next(m["content"] for m in body["messages"] if m["role"] == "user").rsplit(" ", 1)[1]
+    done = [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+    if not done:
+        return call("send_email", to=task_name, subject="Result", body="All green.")
+    if len(done) == 1:
+        return call("write_file", path="note.md", content=f"mailed {done[0]['to']}")
+    return call("finish", summary="mailed and noted")
+
+
+async def test_model_agents_killed_at_random_resume_from_their_history_without_repeating(
+    settings: Settings, db: Database, inbox: tuple[Inbox, int]
+) -> None:
+    box, port = inbox
+    addresses = [f"model{n}@example.com" for n in range(4)]
+    async with fake_llm(then=conversation_script) as llm:
+        tasks = [
+            CreateTaskIn(taskName=f"mail {to}", taskDescription="Mail the result.", testMode="without-verification")
+            for to in addresses
+        ]
+        ids = await create_all(db, settings, tasks, "openai:scripted")
+        env = worker_env(settings, port, VOUCH_AGENT_BASE_URL=llm.base_url)
+        kills = await kill_at_random(settings, db, env, ids, 4)
+    await until_mail(box, len(addresses))
+    await assert_gapless_and_completed(db, ids)
+    assert_each_mail_once(box, addresses, kills)
+    async with db.reading() as session:
+        calls = (
+            await session.execute(
+                sa.select(ToolCall.execution_id, ToolCall.tool, ToolCall.status).where(ToolCall.execution_id.in_(ids))
+            )
+        ).all()
+    # One call per tool per execution, each succeeded: no call was made twice, whatever the kills cut.
+    assert sorted((tool, status) for _, tool, status in calls) == sorted(
+        [("send_email", "succeeded"), ("write_file", "succeeded")] * len(ids)
+    )

@@ -48,9 +48,16 @@ def last_tool_result(body: dict[str, Any]) -> str:
 
 @dataclass
 class FakeLLM:
-    base_url: str
+    base_url: str  # OpenAI-compatible, ending in /v1
     requests: list[dict[str, Any]]
     script: list[Turn]
+    # Plays every turn once the script has run out (a model that decides from the conversation alone).
+    then: Turn | None = None
+
+    @property
+    def root(self) -> str:
+        """The server's root, where Anthropic's client adds /v1/messages itself."""
+        return self.base_url.removesuffix("/v1")
 
     def add(self, *turns: Answer | Turn) -> None:
         for turn in turns:
@@ -58,17 +65,22 @@ class FakeLLM:
 
 
 @asynccontextmanager
-async def fake_llm(*turns: Answer | Turn) -> AsyncIterator[FakeLLM]:
+async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIterator[FakeLLM]:
     ids = itertools.count(1)
-    server = FakeLLM("", [], [])
+    server = FakeLLM("", [], [], then)
     server.add(*turns)
+
+    def next_answer(body: dict[str, Any]) -> Answer | None:
+        server.requests.append(body)
+        if server.script:
+            return server.script.pop(0)(body)
+        return server.then(body) if server.then is not None else None
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
-        server.requests.append(body)
-        if not server.script:
+        answer = next_answer(body)
+        if answer is None:
             return web.json_response({"error": {"message": "the script has no more turns"}}, status=500)
-        answer = server.script.pop(0)(body)
         if answer.status != 200:
             return web.json_response(
                 {"error": {"message": answer.error, "type": "scripted"}}, status=answer.status, headers=answer.headers
@@ -97,8 +109,38 @@ async def fake_llm(*turns: Answer | Turn) -> AsyncIterator[FakeLLM]:
             }
         )
 
+    async def messages(request: web.Request) -> web.Response:
+        """Anthropic's Messages API, for the same script."""
+        body = await request.json()
+        answer = next_answer(body)
+        if answer is None or answer.status != 200:
+            status, error = (500, "the script has no more turns") if answer is None else (answer.status, answer.error)
+            return web.json_response(
+                {"type": "error", "error": {"type": "scripted", "message": error}},
+                status=status,
+                headers=answer.headers if answer is not None else {},
+            )
+        content: list[dict[str, Any]] = [{"type": "text", "text": answer.text}] if answer.text else []
+        content += [
+            {"type": "tool_use", "id": f"toolu_{next(ids)}", "name": n, "input": a} for n, a in answer.tool_calls
+        ]
+        prompt, completion = answer.usage
+        return web.json_response(
+            {
+                "id": f"msg_{next(ids)}",
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model", "scripted"),
+                "content": content,
+                "stop_reason": "tool_use" if answer.tool_calls else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt, "output_tokens": completion},
+            }
+        )
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_post("/v1/messages", messages)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
