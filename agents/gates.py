@@ -119,3 +119,17 @@ async def unreviewed(session: AsyncSession, execution_id: str) -> Checkpoint | N
         .order_by(Checkpoint.position)
         .limit(1)
     )
+
+
+async def pending_caller_checkpoints(session: AsyncSession, execution_id: str) -> list[Checkpoint]:
+    """The caller's checkpoints not passed yet, in the order the agent meets them."""
+    rows = await session.scalars(
+        sa.select(Checkpoint)
+        .where(
+            Checkpoint.execution_id == execution_id,
+            Checkpoint.status == "pending",
+            Checkpoint.origin == "caller",
+        )
+        .order_by(Checkpoint.position)
+    )
+    return list(rows)

@@ -18,7 +18,7 @@ from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import llm
-from agents.gates import UNKNOWN_OUTCOME_STAGE, unknown_outcome_gate, unreviewed, verdict
+from agents.gates import UNKNOWN_OUTCOME_STAGE, pending_caller_checkpoints, unknown_outcome_gate, unreviewed, verdict
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
 from core.events import append_event
@@ -142,17 +142,7 @@ class ModelDriver:
     async def _request_review(self, session: AsyncSession, state: dict[str, Any], pending: dict[str, Any]) -> bool:
         stage = str(pending["args"].get("stage", "")).strip()
         summary = str(pending["args"].get("summary", ""))
-        checkpoints = list(
-            await session.scalars(
-                sa.select(Checkpoint)
-                .where(
-                    Checkpoint.execution_id == self.execution_id,
-                    Checkpoint.status == "pending",
-                    Checkpoint.origin == "caller",
-                )
-                .order_by(Checkpoint.position)
-            )
-        )
+        checkpoints = await pending_caller_checkpoints(session, self.execution_id)
         chosen = next((cp for cp in checkpoints if cp.stage.casefold() == stage.casefold()), None)
         chosen = chosen or next(iter(checkpoints), None)
         if chosen is None:

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline
-from agents.gates import unknown_outcome_gate, unreviewed
+from agents.gates import pending_caller_checkpoints, unknown_outcome_gate, unreviewed
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
 from core.events import append_event
@@ -99,16 +99,7 @@ class OfflineDriver:
         """The caller's checkpoint placed before this step; at the end, any checkpoint not passed yet."""
         if cursor >= plan_length:
             return await unreviewed(session, self.execution_id)
-        pending = await session.scalar(
-            sa.select(Checkpoint)
-            .where(
-                Checkpoint.execution_id == self.execution_id,
-                Checkpoint.status == "pending",
-                Checkpoint.origin == "caller",
-            )
-            .order_by(Checkpoint.position)
-            .limit(1)
-        )
+        pending = next(iter(await pending_caller_checkpoints(session, self.execution_id)), None)
         if pending is None or pending.position >= len(gates) or gates[pending.position] > cursor:
             return None
         return pending

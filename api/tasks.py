@@ -84,31 +84,21 @@ async def create_execution(
     session.add(execution)
     # Without ORM relationships the unit of work does not order parents first.
     await session.flush()
-    for position, cp in enumerate(task.checkpoints):
-        session.add(
-            Checkpoint(
-                id=new_id("chk"),
-                execution_id=execution.id,
-                position=position,
-                stage=cp.stage,
-                description=cp.description,
-                verification_question=cp.verificationQuestion,
-                origin="caller",
-                status="pending",
-            )
-        )
     # The side effects the description names get checkpoints of their own, after the caller's (agents.policy).
     detected = detect_side_effects(task.taskDescription) if task.autoDetectCheckpoints else []
-    for position, effect in enumerate(detected, start=len(task.checkpoints)):
+    planned = [(cp.stage, cp.description, cp.verificationQuestion, "caller") for cp in task.checkpoints] + [
+        (effect.stage, effect.description, effect.question, "auto") for effect in detected
+    ]
+    for position, (stage, description, question, origin) in enumerate(planned):
         session.add(
             Checkpoint(
                 id=new_id("chk"),
                 execution_id=execution.id,
                 position=position,
-                stage=effect.stage,
-                description=effect.description,
-                verification_question=effect.question,
-                origin="auto",
+                stage=stage,
+                description=description,
+                verification_question=question,
+                origin=origin,
                 status="pending",
             )
         )

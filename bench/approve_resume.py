@@ -50,8 +50,9 @@ async def checkpoints_of(st: Stack, ids: Sequence[str]) -> list[tuple[str, str]]
 
 async def approve_and_observe(
     st: Stack, targets: Sequence[tuple[str, str]], rate: float
-) -> tuple[list[float], list[float]]:
-    """Approve each (execution, checkpoint) open loop at `rate`/s; (resume latencies, POST answer times) in ms."""
+) -> tuple[list[float], list[float], str]:
+    """Approve each (execution, checkpoint) open loop at `rate`/s: resume latencies and POST answer times in ms,
+    and a line on the CPU each approval cost."""
     sent: dict[str, float] = {}
     answered: list[float] = []
     failures: list[str] = []
@@ -89,13 +90,13 @@ async def approve_and_observe(
     await wait_for_status(st, ids, "completed")
     web, worker = (after - before for after, before in zip(st.cpu(), cpu_before, strict=True))
     if st.worker is None:
-        note(f"CPU per approval (decision POST + the rest of the run), one process: {web / len(ids) * 1000:.1f} ms")
+        cpu = f"CPU per approval (decision POST + the rest of the run), one process: {web / len(ids) * 1000:.1f} ms"
     else:
-        note(
+        cpu = (
             f"CPU per approval: web {web / len(ids) * 1000:.1f} ms (decision POST), "
             f"worker {worker / len(ids) * 1000:.1f} ms (resume and run to completion: 1 step)"
         )
-    return latencies, answered
+    return latencies, answered, cpu
 
 
 async def measure(st: Stack, quick: bool) -> None:
@@ -103,7 +104,7 @@ async def measure(st: Stack, quick: bool) -> None:
     ids = await create_executions(st, count, PAUSING_TASK)
     await wait_for_status(st, ids, "awaiting_review")
     targets = await checkpoints_of(st, ids)
-    latencies, answered = await approve_and_observe(st, targets, rate)
+    latencies, answered, cpu = await approve_and_observe(st, targets, rate)
     goal = GOAL_MS[st.backend]
     figure(
         "approve-next-step",
@@ -113,6 +114,7 @@ async def measure(st: Stack, quick: bool) -> None:
         percentile(latencies, 0.99) <= goal,
     )
     note("latency: decision POST sent -> created_at of the worker's first event after the decision (execution.resumed)")
+    note(cpu)
 
 
 if __name__ == "__main__":

@@ -179,6 +179,7 @@ async def measure_one(st: Stack, n: int, events: int, paced_events: int, rate: f
                 batch = watchers[chunk : chunk + 50]
                 await asyncio.gather(*(w.start(session, st.base, execution_id, token) for w in batch))
             per_commit = BATCH if pace is None else 1
+            cpu_web, cpu_here, wall = st.cpu()[0], time.process_time(), time.monotonic()
             if st.backend == "sqlite":
                 stamps = await write_embedded(st, execution_id, count, per_commit, pace)
             else:
@@ -196,6 +197,9 @@ async def measure_one(st: Stack, n: int, events: int, paced_events: int, rate: f
             latencies = [(at - stamps[seq]) * 1000 for seq, at in receipts]
             seconds = max(at for _, at in receipts) - min(stamps.values())
             results[phase] = (len(receipts) / seconds, latencies)
+            wall = time.monotonic() - wall
+            web_busy, here_busy = (st.cpu()[0] - cpu_web) / wall, (time.process_time() - cpu_here) / wall
+            note(f"{n} watchers, {phase}: CPU over {wall:.1f} s: web process {web_busy:.0%}, watchers {here_busy:.0%}")
             await asyncio.gather(*(w.close() for w in watchers))
     burst_rate, burst_latency = results["burst"]
     _, paced_latency = results["paced"]

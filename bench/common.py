@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 
@@ -307,11 +307,11 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-async def open_loop(count: int, rate: float, send: Callable[[int], Awaitable[None]]) -> None:
+async def open_loop(count: int, rate: float, send: Callable[[int], Coroutine[Any, Any, None]]) -> None:
     """Start send(i) at start + i/rate whatever the earlier ones are doing (open loop), then wait for all."""
     loop = asyncio.get_running_loop()
     start = loop.time()
-    tasks = []
+    tasks: list[asyncio.Task[None]] = []
     for i in range(count):
         delay = start + i / rate - loop.time()
         if delay > 0:

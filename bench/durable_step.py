@@ -41,7 +41,9 @@ async def in_memory_steps(description: str, rounds: int) -> list[float]:
     wire JSON. A `write_file` step's `perform` does nothing outside a transaction.
     """
     times: list[float] = []
-    plan = [{"tool": s.tool, "args": s.args, "instruction": s.instruction} for s in plan_task(description).steps]
+    plan: list[dict[str, Any]] = [
+        {"tool": s.tool, "args": s.args, "instruction": s.instruction} for s in plan_task(description).steps
+    ]
     for _ in range(rounds):
         state: dict[str, Any] = {"agent": "offline", "plan": plan, "unrecognised": [], "gates": [], "cursor": 0}
         for cursor, step in enumerate(plan):

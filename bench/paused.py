@@ -121,13 +121,13 @@ async def clone(st: Stack, template_ids: Sequence[str], total: int, batch: int =
     templates = []
     async with st.db.reading() as session:
         for execution_id in template_ids:
-            rows: dict[str, list[Row]] = {}
+            found: dict[str, list[Row]] = {}
             for name, table in tables.items():
                 column = table.c.id if name == "executions" else table.c.execution_id
-                rows[name] = [
+                found[name] = [
                     dict(r._mapping) for r in await session.execute(sa.select(table).where(column == execution_id))
                 ]
-            templates.append(Template(rows, tables))
+            templates.append(Template(found, tables))
     made = 0
     while made < total:
         size = min(batch, total - made)
@@ -172,7 +172,7 @@ async def measure(st: Stack, quick: bool, count: int | None = None) -> None:
         waiting = list(await session.scalars(sa.select(Execution.id).where(Execution.status == "awaiting_review")))
     chosen = random.sample(waiting, approvals)
     targets = await checkpoints_of(st, chosen)
-    latencies, answered = await approve_and_observe(st, targets, rate)
+    latencies, answered, cpu = await approve_and_observe(st, targets, rate)
 
     growth_mb = (rss_paused - rss_idle) / 2**20
     per_execution = (bytes_paused - bytes_idle) / total
@@ -186,6 +186,7 @@ async def measure(st: Stack, quick: bool, count: int | None = None) -> None:
         "RSS +<= 10 MB, <= 10 KB each, resume p99 <= 100 ms",
         growth_mb <= 10 and per_execution <= 10 * 1024 and p99 <= 100,
     )
+    note(cpu)
     note(
         f"{real} created through the API and paused by the worker in {api_seconds:.1f} s; "
         f"{total - real:,} copies of their rows inserted in {clone_seconds:.1f} s"

@@ -181,3 +181,19 @@ async def api_key_by_secret(session: AsyncSession, secret: str, secret_key: byte
     if not apikeys.is_well_formed(secret):
         return None
     return await session.scalar(sa.select(ApiKey).where(ApiKey.digest == apikeys.key_digest(secret, secret_key)))
+
+
+async def api_key_and_email_by_secret(
+    session: AsyncSession, secret: str, secret_key: bytes
+) -> tuple[ApiKey, str] | None:
+    """The key record and its owner's e-mail in one query (every API request asks for both); None if unknown."""
+    if not apikeys.is_well_formed(secret):
+        return None
+    found = (
+        await session.execute(
+            sa.select(ApiKey, User.email)
+            .join(User, User.id == ApiKey.user_id)
+            .where(ApiKey.digest == apikeys.key_digest(secret, secret_key))
+        )
+    ).first()
+    return (found[0], found[1]) if found is not None else None

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -95,12 +95,20 @@ class _SqliteWriters:
         if lock is not None:
             lock.release()
 
+    def _release_connection(self, conn: Connection) -> None:
+        try:
+            info = conn.info
+        except (exc.DBAPIError, exc.InvalidRequestError):
+            # Invalidated mid-statement (a cancelled task): the pool's invalidate or checkin event releases it.
+            return
+        self.release(info)
+
     def listen(self, engine: AsyncEngine) -> None:
         sync = engine.sync_engine
         event.listen(sync, "begin", self.begin)
         # The transaction ends (commit, rollback), or its connection goes back to the pool or away: next writer.
-        event.listen(sync, "commit", lambda conn: self.release(conn.info))
-        event.listen(sync, "rollback", lambda conn: self.release(conn.info))
+        event.listen(sync, "commit", self._release_connection)
+        event.listen(sync, "rollback", self._release_connection)
         event.listen(
             sync.pool, "checkin", lambda dbapi_connection, connection_record: self.release(connection_record.info)
         )
@@ -178,10 +186,16 @@ class Database:
         async with self.session(write=True) as session:
             try:
                 yield session
-            except BaseException:
+            except BaseException as ended:
                 session.info.pop(_PENDING, None)
                 session.info.pop(_EVENTS, None)
-                await session.rollback()
+                try:
+                    await session.rollback()
+                except Exception:
+                    # A connection invalidated by a cancellation cannot roll back; closing the session
+                    # discards it. What the caller must see is why the transaction ended (e.g. the
+                    # cancellation), never this.
+                    log.debug("rollback after %s failed", type(ended).__name__, exc_info=True)
                 raise
             await self.commit(session)
 

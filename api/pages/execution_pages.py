@@ -19,7 +19,8 @@ from api.pages import charts
 from api.services import db_session
 from api.websession import login_required, see_other, viewer
 from core.metrics import FINAL_STATUSES, load_facts, metrics_of, review_waits
-from core.models import Decision, Event, Execution, WebhookAttempt, WebhookDelivery, utcnow
+from core.models import Decision, Event, Execution, utcnow
+from core.webhooks import RedeliveryRefused, deliveries_of, redeliver
 
 blueprint = Blueprint("executions_pages", __name__)
 
@@ -164,25 +165,6 @@ async def _own_execution(session: AsyncSession, execution_id: str) -> Execution:
     return execution
 
 
-async def _deliveries(session: AsyncSession, execution_id: str) -> list[tuple[WebhookDelivery, list[WebhookAttempt]]]:
-    deliveries = list(
-        await session.scalars(
-            sa.select(WebhookDelivery)
-            .where(WebhookDelivery.execution_id == execution_id)
-            .order_by(WebhookDelivery.created_at, WebhookDelivery.id)
-        )
-    )
-    attempts: dict[str, list[WebhookAttempt]] = {d.id: [] for d in deliveries}
-    if deliveries:
-        for attempt in await session.scalars(
-            sa.select(WebhookAttempt)
-            .where(WebhookAttempt.delivery_id.in_(list(attempts)))
-            .order_by(WebhookAttempt.number, WebhookAttempt.id)
-        ):
-            attempts[attempt.delivery_id].append(attempt)
-    return [(delivery, attempts[delivery.id]) for delivery in deliveries]
-
-
 @blueprint.get("/executions/<execution_id>")
 @login_required
 async def execution_page(execution_id: str) -> str:
@@ -202,7 +184,7 @@ async def execution_page(execution_id: str) -> str:
         waits=review_waits(facts),
         names=names,
         timeline=charts.timeline(facts, names),
-        deliveries=await _deliveries(session, execution.id),
+        deliveries=await deliveries_of(session, execution.id),
         can_redeliver=bool(execution.webhook_url) and execution.status in FINAL_STATUSES,
         notice=notice,
         span=charts.span_text,
@@ -212,9 +194,6 @@ async def execution_page(execution_id: str) -> str:
 @blueprint.post("/executions/<execution_id>/webhook/redeliver")
 @login_required
 async def redeliver_webhook(execution_id: str) -> Response:
-    # Imported here: core.webhooks is the webhook engineer's module and the pages must load without it.
-    from core.webhooks import RedeliveryRefused, redeliver
-
     session = db_session()
     execution = await _own_execution(session, execution_id)
     try:

@@ -14,6 +14,7 @@ from aiohttp import web
 from agents.claims import claim_next
 from agents.runner import ExecutionRunner
 from core.db import Database
+from core.metrics import execution_metrics
 from core.models import Execution, MailMessage, utcnow
 from core.settings import Settings
 from review import decide
@@ -75,6 +76,11 @@ async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: D
         assert json.loads(last_tool_result(llm.requests[1]))["to"] == "boss@example.com"
         usage = snap.payloads("model.request")
         assert [(u["inputTokens"], u["outputTokens"], u["costUsd"]) for u in usage] == [(100, 20, None)] * 2
+        async with db.reading() as session:
+            metrics = await execution_metrics(session, await session.get_one(Execution, exe))
+        assert (metrics["modelRequests"], metrics["inputTokens"], metrics["outputTokens"]) == (2, 200, 40)
+        assert metrics["toolCallsByTool"] == {"send_email": 1} and metrics["costUsd"] is None
+        assert metrics["checkpointsApproved"] == 1
 
 
 async def test_a_rejection_reaches_the_model_verbatim_and_its_next_try_is_the_next_attempt(
