@@ -26,6 +26,7 @@ KEPT_HEADERS = ("content-type", "content-length", "location", "retry-after", "da
 
 class HttpRequest(Tool):
     name = "http_request"
+    performs_outside = True
     acts_on_world = True
     description = (
         "Make an HTTP GET or POST request to a public URL. Answers status, a few headers and the body "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -9,7 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline
 from agents.gates import pending_caller_checkpoints, unknown_outcome_gate, unreviewed
-from agents.policy import RunMode, describe_call
+from agents.policy import RunMode, describe_call, side_effect_of
+from agents.tool_base import InPlaceStep
 from agents.tools import TOOLS
 from core.events import append_event
 from core.models import Checkpoint, Decision, ToolCall
@@ -25,6 +27,8 @@ class OfflineDriver:
         self.runner = runner
         self.mode = mode
         self.execution_id = runner.execution_id
+        self._caller_pending: list[tuple[str, int]] | None = None
+        self._began_here = False
 
     @staticmethod
     async def take_rejections(runner: ExecutionRunner, session: AsyncSession, state: dict[str, Any]) -> None:
@@ -51,18 +55,37 @@ class OfflineDriver:
         cursor: int = state["cursor"]
         plan: list[dict[str, Any]] = state["plan"]
         async with runner.db.transaction() as session:
-            await runner.fence(session)
             due = await self._due_checkpoint(session, state["gates"], cursor, len(plan))
             if due is not None:
+                await runner.fence(session)
                 action = self._action(plan[cursor]) if cursor < len(plan) else FINISH_ACTION
-                return await runner.pass_or_pause(session, due, action, self.mode)
+                passed = await runner.pass_or_pause(session, due, action, self.mode)
+                if passed and self._caller_pending:
+                    self._caller_pending.pop(0)
+                return passed
             if cursor >= len(plan):
+                await runner.fence(session)
                 await runner.complete(session, await self._result(session, state))
                 return False
             step = plan[cursor]
-            call = await session.scalar(
-                sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
-            )
+            # Only the first step of a claim can find its call begun by a worker that died.
+            call = None
+            if not self._began_here:
+                call = await session.scalar(
+                    sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
+                )
+            self._began_here = True
+            if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
+                # The common step: one transaction, fenced by the statement that also saves the progress.
+                message = ("agent.message", {"text": offline.step_message(step)})
+                await runner.run_in_place(
+                    session,
+                    state,
+                    InPlaceStep(cursor, step["tool"], step["args"], before=(message,)),
+                    self._advanced(state, cursor),
+                )
+                return True
+            await runner.fence(session)
             fresh = call is None
             if call is None:
                 await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
@@ -80,12 +103,19 @@ class OfflineDriver:
                     return await runner.pass_or_pause(session, unknown, self._action(step, call), self.mode)
             await runner.start_call(session, call)
 
+        await runner.run_call(state, call, self._advanced(state, cursor))
+        return True
+
+    def _advanced(self, state: dict[str, Any], cursor: int) -> Callable[[dict[str, Any]], None]:
         def advanced(_: dict[str, Any]) -> None:
             state["cursor"] = cursor + 1
-            runner.spend(state, steps=1)
+            self.runner.spend(state, steps=1)
 
-        await runner.run_call(state, call, advanced)
-        return True
+        return advanced
+
+    def _needs_review(self, step: dict[str, Any]) -> bool:
+        tool = TOOLS[step["tool"]]
+        return self.mode.gate_actions and tool.acts_on_world and side_effect_of(step["tool"], step["args"]) is not None
 
     def _action(self, step: dict[str, Any], call: ToolCall | None = None) -> dict[str, Any]:
         action = {"tool": step["tool"], "args": step["args"], "instruction": step["instruction"]}
@@ -99,10 +129,17 @@ class OfflineDriver:
         """The caller's checkpoint placed before this step; at the end, any checkpoint not passed yet."""
         if cursor >= plan_length:
             return await unreviewed(session, self.execution_id)
-        pending = next(iter(await pending_caller_checkpoints(session, self.execution_id)), None)
-        if pending is None or pending.position >= len(gates) or gates[pending.position] > cursor:
+        # Read once a claim: while the execution runs, only this driver passes caller checkpoints.
+        if self._caller_pending is None:
+            self._caller_pending = [
+                (cp.id, cp.position) for cp in await pending_caller_checkpoints(session, self.execution_id)
+            ]
+        if not self._caller_pending:
             return None
-        return pending
+        checkpoint_id, position = self._caller_pending[0]
+        if position >= len(gates) or gates[position] > cursor:
+            return None
+        return await session.get_one(Checkpoint, checkpoint_id)
 
     async def _result(self, session: AsyncSession, state: dict[str, Any]) -> dict[str, Any]:
         calls = await session.scalars(

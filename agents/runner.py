@@ -26,10 +26,10 @@ from agents.model_steps import ModelDriver
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.providers import ModelRegistry
-from agents.tool_base import ToolContext, ToolFailed
+from agents.tool_base import InPlaceStep, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core.db import Database
-from core.events import append_event
+from core.events import append_event, append_events
 from core.ids import new_id
 from core.logs import execution_context
 from core.models import Checkpoint, Execution, ToolCall, utcnow
@@ -75,11 +75,11 @@ class ExecutionRunner:
         try:
             await asyncio.wait({agent})
         except asyncio.CancelledError:
-            agent.cancel()
+            self.db.stop(agent)  # at once, or as its current transaction ends
             await asyncio.wait({agent})
             raise
         finally:
-            renewer.cancel()
+            self.db.stop(renewer)
             await asyncio.wait({renewer})
             if self._own_models:
                 await self.models.aclose()
@@ -93,16 +93,22 @@ class ExecutionRunner:
             log.exception("execution %s failed", self.execution_id)
             await self._fail(exc)
 
+    def claim_holds(self) -> list[sa.ColumnElement[bool]]:
+        """This worker's claim is still the execution's: the conditions every write is fenced by."""
+        return [
+            Execution.worker_id == self.worker_id,
+            Execution.lease_epoch == self.claim.epoch,
+            Execution.status == "running",
+        ]
+
+    def renewed_lease(self) -> dict[str, Any]:
+        return {"lease_until": utcnow() + timedelta(seconds=self.settings.worker_lease_seconds)}
+
     async def fence(self, session: AsyncSession) -> None:
         renewed = await session.execute(
             sa.update(Execution)
-            .where(
-                Execution.id == self.execution_id,
-                Execution.worker_id == self.worker_id,
-                Execution.lease_epoch == self.claim.epoch,
-                Execution.status == "running",
-            )
-            .values(lease_until=utcnow() + timedelta(seconds=self.settings.worker_lease_seconds)),
+            .where(Execution.id == self.execution_id, *self.claim_holds())
+            .values(**self.renewed_lease()),
             execution_options={"synchronize_session": False},
         )
         if renewed.rowcount != 1:  # type: ignore[attr-defined]
@@ -116,7 +122,7 @@ class ExecutionRunner:
                     await self.fence(session)
             except LeaseLost:
                 # Paused, finished, cancelled or taken over: a still-running agent must stop writing.
-                agent.cancel()
+                self.db.stop(agent)
                 return
             except Exception:
                 log.warning("execution %s: lease renewal failed; retrying", self.execution_id, exc_info=True)
@@ -358,6 +364,72 @@ class ExecutionRunner:
                     "durationMs": round(elapsed * 1000, 3),
                 },
             )
+        return answer
+
+    async def run_in_place(
+        self,
+        session: AsyncSession,
+        state: dict[str, Any],
+        step: InPlaceStep,
+        after: Callable[[dict[str, Any]], None],
+    ) -> dict[str, Any]:
+        """A whole step of a tool that works only in our database, in the caller's transaction: the call's row
+        is written finished, and its events take their seqs in the statement that fences the claim, renews the
+        lease and saves the agent's progress. Its effect, result and progress commit together or not at all."""
+        tool = TOOLS[step.tool]
+        call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
+        result: dict[str, Any] | None = None
+        error: str | None = None
+        try:
+            result = await tool.record(
+                ToolContext(session, self.settings, self.execution_id, call_id, started), step.args, None
+            )
+        except ToolFailed as exc:
+            error = str(exc)
+        elapsed = time.perf_counter() - began
+        session.add(
+            ToolCall(
+                id=call_id,
+                execution_id=self.execution_id,
+                step_index=step.index,
+                tool=step.tool,
+                args=step.args,
+                provider_call_id=step.provider_call_id,
+                status="failed" if error else "succeeded",
+                result=result,
+                error=error,
+                started_at=started,
+                finished_at=utcnow(),
+            )
+        )
+        answer = {"error": error} if error is not None else (result or {})
+        after(answer)
+        self.spend(state, seconds=elapsed)
+        events = [
+            *step.before,
+            (
+                "tool.call",
+                {"toolCallId": call_id, "tool": step.tool, "args": step.args, "actsOnWorld": tool.acts_on_world},
+            ),
+            (
+                "tool.result",
+                {
+                    "toolCallId": call_id,
+                    "tool": step.tool,
+                    **({"error": error} if error is not None else {"result": result}),
+                    "durationMs": round(elapsed * 1000, 3),
+                },
+            ),
+        ]
+        added = await append_events(
+            session,
+            self.execution_id,
+            events,
+            where=self.claim_holds(),
+            values={**self.renewed_lease(), "agent_state": dict(state)},
+        )
+        if added is None:
+            raise LeaseLost(self.execution_id)
         return answer
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:

@@ -35,6 +35,9 @@ class Tool:
     # What a model sees: a description and the JSON schema of the arguments.
     description: ClassVar[str] = ""
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}}
+    # True when `perform` works outside the database (waits, calls a URL): the step then needs a transaction
+    # before it (the intent) and one after (the result). Otherwise the whole step is one transaction.
+    performs_outside: ClassVar[bool] = False
 
     def repeatable(self, args: dict[str, Any]) -> bool:
         """Whether `perform` may run again when a crash left its outcome unknown.
@@ -55,3 +58,13 @@ class Tool:
 
 def schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+@dataclass(frozen=True)
+class InPlaceStep:
+    index: int
+    tool: str
+    args: dict[str, Any]
+    provider_call_id: str | None = None
+    # Events that belong before the tool call's (the agent's message about it).
+    before: tuple[tuple[str, dict[str, Any]], ...] = ()

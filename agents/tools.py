@@ -112,6 +112,7 @@ class Summarise(Tool):
 
 class Wait(Tool):
     name = "wait"
+    performs_outside = True
     description = "Wait a number of seconds (at most 300)."
     parameters = schema({"seconds": {"type": "number", "minimum": 0, "maximum": 300}}, ["seconds"])
 

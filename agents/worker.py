@@ -70,8 +70,10 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._kick.wait(), self.settings.worker_poll_seconds)
         finally:
-            for task in (*self._running, *helpers, stopper):
-                task.cancel()
+            for task in (*self._running, stopper):
+                task.cancel()  # a run stops its agent between statements (ExecutionRunner.run)
+            for task in helpers:
+                self.db.stop(task)
             await asyncio.gather(*self._running, *helpers, stopper, return_exceptions=True)
             if inbound is not None:
                 await inbound.stop()

@@ -147,6 +147,18 @@ class Database:
         self._read = async_sessionmaker(self.engine, expire_on_commit=False)
         self._write = async_sessionmaker(self.engine.execution_options(vouch_write=True), expire_on_commit=False)
         self._event_sinks: list[EventSink] = []
+        # Tasks inside a write transaction (with its depth), and those to cancel as soon as it ends.
+        self._writing: dict[asyncio.Task[Any], int] = {}
+        self._stop_after: set[asyncio.Task[Any]] = set()
+
+    def stop(self, task: asyncio.Task[Any]) -> None:
+        """Cancel `task`, but never halfway through one of its transactions: a statement cancelled mid-way
+        leaves its connection (on SQLite, with the database's write lock) to be torn down behind our back,
+        and the next writer waits. A task inside a transaction is cancelled as that transaction ends."""
+        if self._writing.get(task):
+            self._stop_after.add(task)
+        else:
+            task.cancel()
 
     def add_event_sink(self, sink: EventSink) -> None:
         self._event_sinks.append(sink)
@@ -183,21 +195,33 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A write session committed on success, rolled back on error."""
-        async with self.session(write=True) as session:
-            try:
-                yield session
-            except BaseException as ended:
-                session.info.pop(_PENDING, None)
-                session.info.pop(_EVENTS, None)
+        task = asyncio.current_task()
+        if task is not None:
+            self._writing[task] = self._writing.get(task, 0) + 1
+        try:
+            async with self.session(write=True) as session:
                 try:
-                    await session.rollback()
-                except Exception:
-                    # A connection invalidated by a cancellation cannot roll back; closing the session
-                    # discards it. What the caller must see is why the transaction ended (e.g. the
-                    # cancellation), never this.
-                    log.debug("rollback after %s failed", type(ended).__name__, exc_info=True)
-                raise
-            await self.commit(session)
+                    yield session
+                except BaseException as ended:
+                    session.info.pop(_PENDING, None)
+                    session.info.pop(_EVENTS, None)
+                    try:
+                        await session.rollback()
+                    except Exception:
+                        # A connection invalidated by a cancellation cannot roll back; closing the session
+                        # discards it. What the caller must see is why the transaction ended (e.g. the
+                        # cancellation), never this.
+                        log.debug("rollback after %s failed", type(ended).__name__, exc_info=True)
+                    raise
+                await self.commit(session)
+        finally:
+            if task is not None:
+                depth = self._writing.pop(task) - 1
+                if depth:
+                    self._writing[task] = depth
+                elif task in self._stop_after:
+                    self._stop_after.discard(task)
+                    raise asyncio.CancelledError("stopped once its transaction ended")
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:

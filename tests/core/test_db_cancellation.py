@@ -40,3 +40,32 @@ async def test_a_writer_cancelled_mid_statement_frees_the_database(db: Database)
             session.add(User(id="usr_next", email="next@example.com"))
     async with db.reading() as session:
         assert list(await session.scalars(sa.select(User.id).order_by(User.id))) == ["usr_next"]
+
+
+async def test_stop_waits_for_the_transaction_in_progress_then_cancels(db: Database) -> None:
+    inside, go_on = asyncio.Event(), asyncio.Event()
+    after_commit: list[str] = []
+
+    async def writer() -> None:
+        async with db.transaction() as session:
+            session.add(User(id="usr_committed", email="committed@example.com"))
+            inside.set()
+            await go_on.wait()
+        after_commit.append("ran on")  # never: the stop lands as the transaction ends
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(writer())
+    await inside.wait()
+    db.stop(task)
+    assert not task.done()
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert after_commit == []
+    async with db.reading() as session:
+        assert list(await session.scalars(sa.select(User.id))) == ["usr_committed"]
+
+    idle = asyncio.create_task(asyncio.Event().wait())  # outside any transaction: cancelled at once
+    db.stop(idle)
+    with pytest.raises(asyncio.CancelledError):
+        await idle
