@@ -2,40 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.events import isoformat
-from core.metrics import execution_metrics
+from core.metrics import load_facts, metrics_of
 from core.models import Checkpoint, Decision, Execution
 from core.webhooks import webhook_record
 from review import DecisionRecord
 
 
-async def metrics(
-    session: AsyncSession, execution: Execution, checkpoints: Sequence[tuple[Checkpoint, Decision | None]] = ()
-) -> dict[str, Any]:
-    """The record's `metrics`: core.metrics computes them from the rows (`checkpoints` is kept for callers
-    that still pass it; the metrics read every attempt themselves)."""
-    return await execution_metrics(session, execution)
-
-
 async def status_record(session: AsyncSession, execution: Execution, chat_url: str) -> dict[str, Any]:
-    rows = await session.scalars(
-        sa.select(Checkpoint).where(Checkpoint.execution_id == execution.id).order_by(Checkpoint.position)
-    )
-    decided = await session.scalars(
-        sa.select(Decision).where(Decision.execution_id == execution.id).order_by(Decision.attempt)
-    )
+    # The checkpoints and decisions the metrics read are the ones the record shows: loaded once.
+    facts = await load_facts(session, execution)
     # Every attempt's decision is kept; `decision` is the one on the checkpoint's current attempt.
     history: dict[str, list[Decision]] = {}
-    for row in decided:
+    for row in sorted(facts.decisions, key=lambda d: d.attempt):
         history.setdefault(row.checkpoint_id, []).append(row)
     checkpoints: list[tuple[Checkpoint, Decision | None]] = [
-        (cp, next((d for d in history.get(cp.id, []) if d.attempt == cp.attempt), None)) for cp in rows
+        (cp, next((d for d in history.get(cp.id, []) if d.attempt == cp.attempt), None)) for cp in facts.checkpoints
     ]
     return {
         "success": True,
@@ -70,6 +56,6 @@ async def status_record(session: AsyncSession, execution: Execution, chat_url: s
         ],
         "result": execution.result,
         "error": execution.error,
-        "metrics": await metrics(session, execution, checkpoints),
+        "metrics": metrics_of(facts),
         "webhook": await webhook_record(session, execution),
     }

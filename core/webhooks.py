@@ -189,6 +189,9 @@ async def deliveries_of(
 
 async def webhook_record(session: AsyncSession, execution: Execution) -> dict[str, Any]:
     """The status record's `webhook` part: the URL and every delivery with its attempts."""
+    if execution.webhook_url is None and not execution.webhook_events:
+        # Never had a URL to send to (a cleared URL may have left checkpoint deliveries): nothing to read.
+        return {"url": None, "deliveries": []}
     return {
         "url": execution.webhook_url,
         "deliveries": [
