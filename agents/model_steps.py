@@ -21,7 +21,7 @@ from agents import llm
 from agents.gates import UNKNOWN_OUTCOME_STAGE, pending_caller_checkpoints, unknown_outcome_gate, unreviewed, verdict
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
-from core.events import append_event
+from core.events import append_events
 from core.models import Checkpoint, ToolCall
 
 if TYPE_CHECKING:
@@ -59,14 +59,9 @@ class ModelDriver:
                 calls = [{"id": None, "tool": "finish", "args": {"summary": text}, "validArgs": True}]
             state["pending"] = calls
             state["returns"] = []
-            await append_event(
-                session,
-                self.execution_id,
-                "model.request",
-                {**usage, "durationMs": round(elapsed * 1000, 3), "toolCalls": len(calls)},
-            )
-            if text:
-                await append_event(session, self.execution_id, "agent.message", {"text": text})
+            request = ("model.request", {**usage, "durationMs": round(elapsed * 1000, 3), "toolCalls": len(calls)})
+            said = [("agent.message", {"text": text})] if text else []
+            await append_events(session, self.execution_id, [request, *said])
             runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
             await runner.save(session, state)
         return True
@@ -109,7 +104,7 @@ class ModelDriver:
                 return await self._answered(session, state, problem)
             index = pending.setdefault("step", state["nextStep"])
             state["nextStep"] = max(state["nextStep"], index + 1)
-            call = await runner.open_call(session, state, index, name, args, pending["id"])
+            call = await runner.open_call(session, index, name, args, pending["id"])
             action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
             gate = await runner.gate(session, call, self.mode, action)
             if gate is not None:

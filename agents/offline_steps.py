@@ -89,7 +89,7 @@ class OfflineDriver:
             fresh = call is None
             if call is None:
                 await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
-                call = await runner.open_call(session, state, cursor, step["tool"], step["args"])
+                call = await runner.open_call(session, cursor, step["tool"], step["args"])
             gate = await runner.gate(session, call, self.mode, self._action(step, call))
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import llm, offline
@@ -153,26 +154,32 @@ class ExecutionRunner:
         if state["agent"] == offline.MODEL_NAME:
             driver = OfflineDriver(self, mode)
         else:
-            driver = ModelDriver(self, self.models.get(state["model"]), mode)
+            driver = ModelDriver(self, self._model(state["model"]), mode)
         while True:
             self.enforce_budget(state)
             if not await driver.advance(state):
                 break
 
-    def _initial_state(self, execution: Execution, checkpoints: list[Checkpoint]) -> dict[str, Any]:
-        budget = {
+    def _budget(self) -> dict[str, Any]:
+        return {
             "steps": self.settings.agent_max_steps,
             "seconds": self.settings.agent_max_seconds,
             "tokens": self.settings.agent_max_tokens,
         }
-        usage = {"steps": 0, "seconds": 0.0, "tokens": 0}
+
+    def _model(self, name: str) -> Model:
+        try:
+            return self.models.get(name)
+        except ModelUnavailable as exc:
+            raise AgentUnavailable(str(exc)) from None
+
+    def _initial_state(self, execution: Execution, checkpoints: list[Checkpoint]) -> dict[str, Any]:
+        # The budget is fixed when the run starts: a later change of the settings does not move it.
+        budget, usage = self._budget(), {"steps": 0, "seconds": 0.0, "tokens": 0}
         if execution.agent_model == offline.MODEL_NAME:
             caller = [cp for cp in checkpoints if cp.origin == "caller"]
             return {**offline.initial_state(execution.task_description, caller), "budget": budget, "usage": usage}
-        try:
-            self.models.get(execution.agent_model)
-        except ModelUnavailable as exc:
-            raise AgentUnavailable(str(exc)) from None
+        self._model(execution.agent_model)  # a model this worker cannot run fails the execution before it starts
         return {
             "agent": "model",
             "model": execution.agent_model,
@@ -193,14 +200,7 @@ class ExecutionRunner:
 
     def enforce_budget(self, state: dict[str, Any]) -> None:
         usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
-        budget = state.setdefault(
-            "budget",
-            {
-                "steps": self.settings.agent_max_steps,
-                "seconds": self.settings.agent_max_seconds,
-                "tokens": self.settings.agent_max_tokens,
-            },
-        )
+        budget = state.setdefault("budget", self._budget())
         for name, unit in (("steps", "steps"), ("seconds", "seconds of agent time"), ("tokens", "tokens")):
             if usage[name] >= budget[name]:
                 raise BudgetExceeded(f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
@@ -260,7 +260,6 @@ class ExecutionRunner:
     async def open_call(
         self,
         session: AsyncSession,
-        state: dict[str, Any],
         index: int,
         tool: str,
         args: dict[str, Any],
