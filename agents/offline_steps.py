@@ -74,9 +74,9 @@ class OfflineDriver:
                 call = await session.scalar(
                     sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
                 )
-            self._began_here = True
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
+                self._began_here = True
                 message = ("agent.message", {"text": offline.step_message(step)})
                 await runner.run_in_place(
                     session,
@@ -100,7 +100,9 @@ class OfflineDriver:
                     session, self.execution_id, call.id, describe_call(call.tool, call.args)
                 )
                 if unknown.status == "pending":
+                    # Passed without review, this same call runs at the next turn: it must be found again.
                     return await runner.pass_or_pause(session, unknown, self._action(step, call), self.mode)
+            self._began_here = True  # from here on this claim makes every call it meets
             await runner.start_call(session, call)
 
         await runner.run_call(state, call, self._advanced(state, cursor))
