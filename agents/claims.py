@@ -18,6 +18,10 @@ from core.models import Execution, UTCDateTime, utcnow
 RUNNABLE = ("queued", "running")
 
 
+class LeaseLost(Exception):
+    """Another worker holds this execution now, or it left the running state."""
+
+
 @dataclass(frozen=True)
 class Claim:
     execution_id: str

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import llm
+from agents import llm, tool_calls
 from agents.gates import UNKNOWN_OUTCOME_STAGE, pending_caller_checkpoints, unknown_outcome_gate, unreviewed, verdict
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
@@ -104,22 +104,22 @@ class ModelDriver:
                 return await self._answered(session, state, problem)
             index = pending.setdefault("step", state["nextStep"])
             state["nextStep"] = max(state["nextStep"], index + 1)
-            call = await runner.open_call(session, index, name, args, pending["id"])
+            call = await tool_calls.open_call(runner, session, index, name, args, pending["id"])
             action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
-            gate = await runner.gate(session, call, self.mode, action)
+            gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 return await self._pause(session, state, pending, gate, action)
             if call.status == "started" and not TOOLS[name].repeatable(args) and "approved" not in pending:
                 unknown = await unknown_outcome_gate(session, self.execution_id, call.id, describe_call(name, args))
                 if unknown.status == "pending":
                     return await self._pause(session, state, pending, unknown, action)
-            await runner.start_call(session, call)
+            await tool_calls.start_call(session, call)
             await runner.save(session, state)
 
         def answered(result: dict[str, Any]) -> None:
             self._take_answer(state, json.dumps(result, ensure_ascii=False, default=str))
 
-        await runner.run_call(state, call, answered)
+        await tool_calls.run_call(runner, state, call, answered)
         return True
 
     def _refusal(self, pending: dict[str, Any]) -> str | None:

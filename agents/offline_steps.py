@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import offline
+from agents import offline, tool_calls
 from agents.gates import pending_caller_checkpoints, unknown_outcome_gate, unreviewed
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
@@ -78,7 +78,8 @@ class OfflineDriver:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
                 self._began_here = True
                 message = ("agent.message", {"text": offline.step_message(step)})
-                await runner.run_in_place(
+                await tool_calls.run_in_place(
+                    runner,
                     session,
                     state,
                     InPlaceStep(cursor, step["tool"], step["args"], before=(message,)),
@@ -89,8 +90,8 @@ class OfflineDriver:
             fresh = call is None
             if call is None:
                 await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
-                call = await runner.open_call(session, cursor, step["tool"], step["args"])
-            gate = await runner.gate(session, call, self.mode, self._action(step, call))
+                call = await tool_calls.open_call(runner, session, cursor, step["tool"], step["args"])
+            gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
                 await runner.pause(session, gate, self._action(step, call))
@@ -103,9 +104,9 @@ class OfflineDriver:
                     # Passed without review, this same call runs at the next turn: it must be found again.
                     return await runner.pass_or_pause(session, unknown, self._action(step, call), self.mode)
             self._began_here = True  # from here on this claim makes every call it meets
-            await runner.start_call(session, call)
+            await tool_calls.start_call(session, call)
 
-        await runner.run_call(state, call, self._advanced(state, cursor))
+        await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
         return True
 
     def _advanced(self, state: dict[str, Any], cursor: int) -> Callable[[dict[str, Any]], None]:

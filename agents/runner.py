@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -19,31 +17,23 @@ from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import llm, offline
-from agents.claims import Claim
-from agents.gates import gate_for_call
+from agents.claims import Claim, LeaseLost
 from agents.llm import ProviderFailed
 from agents.model_names import ModelUnavailable
 from agents.model_steps import ModelDriver
 from agents.offline_steps import OfflineDriver
-from agents.policy import RunMode, describe_call, side_effect_of
+from agents.policy import RunMode
 from agents.providers import ModelRegistry
-from agents.tool_base import InPlaceStep, ToolContext, ToolFailed
-from agents.tools import TOOLS
 from core.db import Database
-from core.events import append_event, append_events
-from core.ids import new_id
+from core.events import append_event
 from core.logs import execution_context
-from core.models import Checkpoint, Execution, ToolCall, utcnow
+from core.models import Checkpoint, Execution, utcnow
 from core.settings import Settings
 from review import decide
 from review.notify import checkpoint_awaiting
 from review.timers import schedule_timers
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLost(Exception):
-    """Another worker holds this execution now, or it left the running state."""
 
 
 class AgentUnavailable(Exception):
@@ -256,180 +246,6 @@ class ExecutionRunner:
         await schedule_timers(session, self.settings, self.execution_id, checkpoint, now)
         # The review mail (links + reply token), queued in this same transaction: exactly once per attempt.
         await checkpoint_awaiting(session, self.settings, self.execution_id, checkpoint, next_action)
-
-    async def open_call(
-        self,
-        session: AsyncSession,
-        index: int,
-        tool: str,
-        args: dict[str, Any],
-        provider_call_id: str | None = None,
-    ) -> ToolCall:
-        """The call's row, made once: its intent is on record before anything is performed."""
-        call = await session.scalar(
-            sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == index)
-        )
-        if call is not None:
-            return call
-        call = ToolCall(
-            id=new_id("call"),
-            execution_id=self.execution_id,
-            step_index=index,
-            tool=tool,
-            args=args,
-            provider_call_id=provider_call_id,
-            status="proposed",
-            started_at=utcnow(),
-        )
-        session.add(call)
-        await session.flush()
-        await append_event(
-            session,
-            self.execution_id,
-            "tool.call",
-            {"toolCallId": call.id, "tool": tool, "args": args, "actsOnWorld": TOOLS[tool].acts_on_world},
-        )
-        return call
-
-    async def gate(
-        self, session: AsyncSession, call: ToolCall, mode: RunMode, next_action: dict[str, Any]
-    ) -> Checkpoint | None:
-        """With autoDetectCheckpoints, the checkpoint a call of a tool that acts on the world must pass first;
-        None when the call needs no review or has passed it."""
-        effect = side_effect_of(call.tool, call.args)
-        if not mode.gate_actions or effect is None or not TOOLS[call.tool].acts_on_world:
-            return None
-        bound = await session.scalar(
-            sa.select(Checkpoint).where(Checkpoint.tool_call_id == call.id, Checkpoint.stage == effect.stage)
-        )
-        if bound is not None and bound.status in ("approved", "auto_approved"):
-            return None
-        checkpoint = bound or await gate_for_call(
-            session, self.execution_id, call.id, effect, describe_call(call.tool, call.args)
-        )
-        if mode.without_verification:
-            await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
-            return None
-        return checkpoint
-
-    async def start_call(self, session: AsyncSession, call: ToolCall) -> None:
-        """Mark the call started in the transaction that let it through: its intent is on record before it acts,
-        so a worker that finds it started, without a result, knows the outcome is unknown."""
-        call.status = "started"
-        await session.flush()
-
-    async def run_call(
-        self, state: dict[str, Any], call: ToolCall, after: Callable[[dict[str, Any]], None]
-    ) -> dict[str, Any]:
-        """Perform a started call and record its result with the agent's progress (`after` updates the state) in one
-        transaction. Returns the result, or {"error": ...} when the tool failed; the model sees either."""
-        tool = TOOLS[call.tool]
-        started = call.started_at
-        began = time.perf_counter()
-        error: str | None = None
-        outcome: Any = None
-        try:
-            outcome = await tool.perform(self.settings, call.args, started)
-        except ToolFailed as exc:
-            error = str(exc)
-        async with self.db.transaction() as session:
-            await self.fence(session)
-            result: dict[str, Any] | None = None
-            if error is None:
-                try:
-                    result = await tool.record(
-                        ToolContext(session, self.settings, self.execution_id, call.id, started), call.args, outcome
-                    )
-                except ToolFailed as exc:
-                    error = str(exc)
-            elapsed = time.perf_counter() - began
-            await session.execute(
-                sa.update(ToolCall)
-                .where(ToolCall.id == call.id)
-                .values(status="failed" if error else "succeeded", result=result, error=error, finished_at=utcnow())
-            )
-            answer = {"error": error} if error is not None else (result or {})
-            after(answer)
-            self.spend(state, seconds=elapsed)
-            await self.save(session, state)
-            await append_event(
-                session,
-                self.execution_id,
-                "tool.result",
-                {
-                    "toolCallId": call.id,
-                    "tool": call.tool,
-                    **({"error": error} if error is not None else {"result": result}),
-                    "durationMs": round(elapsed * 1000, 3),
-                },
-            )
-        return answer
-
-    async def run_in_place(
-        self,
-        session: AsyncSession,
-        state: dict[str, Any],
-        step: InPlaceStep,
-        after: Callable[[dict[str, Any]], None],
-    ) -> dict[str, Any]:
-        """A whole step of a tool that works only in our database, in the caller's transaction: the call's row
-        is written finished, and its events take their seqs in the statement that fences the claim, renews the
-        lease and saves the agent's progress. Its effect, result and progress commit together or not at all."""
-        tool = TOOLS[step.tool]
-        call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
-        result: dict[str, Any] | None = None
-        error: str | None = None
-        try:
-            result = await tool.record(
-                ToolContext(session, self.settings, self.execution_id, call_id, started), step.args, None
-            )
-        except ToolFailed as exc:
-            error = str(exc)
-        elapsed = time.perf_counter() - began
-        session.add(
-            ToolCall(
-                id=call_id,
-                execution_id=self.execution_id,
-                step_index=step.index,
-                tool=step.tool,
-                args=step.args,
-                provider_call_id=step.provider_call_id,
-                status="failed" if error else "succeeded",
-                result=result,
-                error=error,
-                started_at=started,
-                finished_at=utcnow(),
-            )
-        )
-        answer = {"error": error} if error is not None else (result or {})
-        after(answer)
-        self.spend(state, seconds=elapsed)
-        events = [
-            *step.before,
-            (
-                "tool.call",
-                {"toolCallId": call_id, "tool": step.tool, "args": step.args, "actsOnWorld": tool.acts_on_world},
-            ),
-            (
-                "tool.result",
-                {
-                    "toolCallId": call_id,
-                    "tool": step.tool,
-                    **({"error": error} if error is not None else {"result": result}),
-                    "durationMs": round(elapsed * 1000, 3),
-                },
-            ),
-        ]
-        added = await append_events(
-            session,
-            self.execution_id,
-            events,
-            where=self.claim_holds(),
-            values={**self.renewed_lease(), "agent_state": dict(state)},
-        )
-        if added is None:
-            raise LeaseLost(self.execution_id)
-        return answer
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
         now = utcnow()

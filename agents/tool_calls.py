@@ -1,0 +1,196 @@
+"""A tool call's life in the runner: opened (its intent on record), gated, started, run and recorded.
+
+A call whose tool works outside the database takes a transaction before it acts and one after; a call
+whose tool works only in the database is one transaction with the rest of its step (`run_in_place`).
+Either way the result and the agent's progress commit together.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agents.claims import LeaseLost
+from agents.gates import gate_for_call
+from agents.policy import RunMode, describe_call, side_effect_of
+from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
+from agents.tools import TOOLS
+from core.events import append_event, append_events
+from core.ids import new_id
+from core.models import Checkpoint, ToolCall, utcnow
+from review import decide
+
+if TYPE_CHECKING:
+    from agents.runner import ExecutionRunner
+
+
+def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"toolCallId": call_id, "tool": tool, "args": args, "actsOnWorld": TOOLS[tool].acts_on_world}
+
+
+def _result_event(
+    call_id: str, tool: str, result: dict[str, Any] | None, error: str | None, seconds: float
+) -> dict[str, Any]:
+    outcome: dict[str, Any] = {"error": error} if error is not None else {"result": result}
+    return {"toolCallId": call_id, "tool": tool, **outcome, "durationMs": round(seconds * 1000, 3)}
+
+
+def _answer(result: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
+    """What the agent is told: the result, or {"error": ...} when the tool failed."""
+    return {"error": error} if error is not None else (result or {})
+
+
+async def _record(
+    tool: Tool, ctx: ToolContext, args: dict[str, Any], outcome: Any
+) -> tuple[dict[str, Any] | None, str | None]:
+    try:
+        return await tool.record(ctx, args, outcome), None
+    except ToolFailed as exc:
+        return None, str(exc)
+
+
+async def open_call(
+    runner: ExecutionRunner,
+    session: AsyncSession,
+    index: int,
+    tool: str,
+    args: dict[str, Any],
+    provider_call_id: str | None = None,
+) -> ToolCall:
+    """The call's row, made once: its intent is on record before anything is performed."""
+    call = await session.scalar(
+        sa.select(ToolCall).where(ToolCall.execution_id == runner.execution_id, ToolCall.step_index == index)
+    )
+    if call is not None:
+        return call
+    call = ToolCall(
+        id=new_id("call"),
+        execution_id=runner.execution_id,
+        step_index=index,
+        tool=tool,
+        args=args,
+        provider_call_id=provider_call_id,
+        status="proposed",
+        started_at=utcnow(),
+    )
+    session.add(call)
+    await session.flush()
+    await append_event(session, runner.execution_id, "tool.call", _call_event(call.id, tool, args))
+    return call
+
+
+async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, mode: RunMode) -> Checkpoint | None:
+    """With autoDetectCheckpoints, the checkpoint a call of a tool that acts on the world must pass first;
+    None when the call needs no review or has passed it."""
+    effect = side_effect_of(call.tool, call.args)
+    if not mode.gate_actions or effect is None or not TOOLS[call.tool].acts_on_world:
+        return None
+    bound = await session.scalar(
+        sa.select(Checkpoint).where(Checkpoint.tool_call_id == call.id, Checkpoint.stage == effect.stage)
+    )
+    if bound is not None and bound.status in ("approved", "auto_approved"):
+        return None
+    checkpoint = bound or await gate_for_call(
+        session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
+    )
+    if mode.without_verification:
+        await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+        return None
+    return checkpoint
+
+
+async def start_call(session: AsyncSession, call: ToolCall) -> None:
+    """Mark the call started in the transaction that let it through: its intent is on record before it acts,
+    so a worker that finds it started, without a result, knows the outcome is unknown."""
+    call.status = "started"
+    await session.flush()
+
+
+async def run_call(
+    runner: ExecutionRunner, state: dict[str, Any], call: ToolCall, after: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Perform a started call and record its result with the agent's progress (`after` updates the state) in one
+    transaction. Returns what the agent is told (see `_answer`)."""
+    tool = TOOLS[call.tool]
+    started = call.started_at
+    began = time.perf_counter()
+    error: str | None = None
+    outcome: Any = None
+    try:
+        outcome = await tool.perform(runner.settings, call.args, started)
+    except ToolFailed as exc:
+        error = str(exc)
+    async with runner.db.transaction() as session:
+        await runner.fence(session)
+        result: dict[str, Any] | None = None
+        if error is None:
+            ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, started)
+            result, error = await _record(tool, ctx, call.args, outcome)
+        elapsed = time.perf_counter() - began
+        await session.execute(
+            sa.update(ToolCall)
+            .where(ToolCall.id == call.id)
+            .values(status="failed" if error else "succeeded", result=result, error=error, finished_at=utcnow())
+        )
+        answer = _answer(result, error)
+        after(answer)
+        runner.spend(state, seconds=elapsed)
+        await runner.save(session, state)
+        await append_event(
+            session, runner.execution_id, "tool.result", _result_event(call.id, call.tool, result, error, elapsed)
+        )
+    return answer
+
+
+async def run_in_place(
+    runner: ExecutionRunner,
+    session: AsyncSession,
+    state: dict[str, Any],
+    step: InPlaceStep,
+    after: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """A whole step of a tool that works only in our database, in the caller's transaction: the call's row
+    is written finished, and its events take their seqs in the statement that fences the claim, renews the
+    lease and saves the agent's progress. Its effect, result and progress commit together or not at all."""
+    tool = TOOLS[step.tool]
+    call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
+    ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
+    result, error = await _record(tool, ctx, step.args, None)
+    elapsed = time.perf_counter() - began
+    session.add(
+        ToolCall(
+            id=call_id,
+            execution_id=runner.execution_id,
+            step_index=step.index,
+            tool=step.tool,
+            args=step.args,
+            provider_call_id=step.provider_call_id,
+            status="failed" if error else "succeeded",
+            result=result,
+            error=error,
+            started_at=started,
+            finished_at=utcnow(),
+        )
+    )
+    answer = _answer(result, error)
+    after(answer)
+    runner.spend(state, seconds=elapsed)
+    events = [
+        *step.before,
+        ("tool.call", _call_event(call_id, step.tool, step.args)),
+        ("tool.result", _result_event(call_id, step.tool, result, error, elapsed)),
+    ]
+    added = await append_events(
+        session,
+        runner.execution_id,
+        events,
+        where=runner.claim_holds(),
+        values={**runner.renewed_lease(), "agent_state": dict(state)},
+    )
+    if added is None:
+        raise LeaseLost(runner.execution_id)
+    return answer
