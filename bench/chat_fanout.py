@@ -35,7 +35,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import Stack, figure, main_of, note, percentile, spread
+from bench.common import Stack, main_of
+from bench.report import figure, note, percentile, spread
 from chat.fanout import WorkerEmitter
 from core.bus import InProcessBus
 from core.db import Database

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Stack, figure, main_of, note, open_loop, percentile, spread, wait_for_event, wait_for_status
+from bench.common import Stack, main_of, open_loop, wait_for_event, wait_for_status
+from bench.report import figure, note, percentile, spread
 
 TASK = {"taskName": "bench", "taskDescription": "Summarise.", "testMode": "without-verification"}
 

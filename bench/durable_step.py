@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 from agents.offline_plan import plan_task
-from bench.common import Stack, create_executions, events_of, figure, main_of, note, percentile, spread, wait_for_status
+from bench.common import Stack, create_executions, events_of, main_of, wait_for_status
+from bench.report import figure, note, percentile, spread
 from core.ids import new_id
 from core.models import utcnow
 

@@ -34,14 +34,11 @@ from bench.common import (
     backends_of,
     common_arguments,
     create_executions,
-    figure,
-    note,
-    percentile,
     rss_bytes,
-    spread,
     stack,
     wait_for_status,
 )
+from bench.report import figure, note, percentile, spread
 from core.ids import new_id
 from core.models import Base, Execution
 

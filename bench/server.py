@@ -14,7 +14,6 @@ that exist only here:
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import time
 from typing import Any
@@ -23,8 +22,8 @@ import uvicorn
 from quart import Quart, request
 
 from api.app import create_app
+from bench.chat_fanout import write
 from chat.socket import mount_chat
-from core.events import append_event
 from core.logs import configure_logging
 from core.settings import load_settings
 
@@ -51,16 +50,8 @@ def add_bench_routes(app: Quart) -> None:
         body = await request.get_json()
         execution_id, events, batch = str(body["executionId"]), int(body["events"]), int(body["batch"])
         rate = float(body.get("rate") or 0)
-        db = app.extensions["vouch"].db
         book = stamps[execution_id] = {}
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        for first in range(0, events, batch):
-            if rate:
-                await asyncio.sleep(max(0.0, start + first / rate - loop.time()))
-            async with db.transaction() as session:
-                for n in range(first, min(events, first + batch)):
-                    await append_event(session, execution_id, "agent.message", {"text": f"step {n} " + "x" * 120})
+        await write(app.extensions["vouch"].db, execution_id, events, batch, rate or None)
         del stamps[execution_id]
         return {"stamps": {str(seq): at for seq, at in book.items()}}
 

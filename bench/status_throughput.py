@@ -17,7 +17,8 @@ import time
 
 import aiohttp
 
-from bench.common import PAUSING_TASK, Stack, create_executions, figure, main_of, note, spread, wait_for_status
+from bench.common import PAUSING_TASK, Stack, create_executions, main_of, wait_for_status
+from bench.report import figure, note, spread
 
 CONNECTIONS = 16
 
