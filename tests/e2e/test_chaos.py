@@ -9,16 +9,14 @@ import json
 import os
 import random
 import signal
-import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from email.parser import BytesParser
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from aiosmtpd.controller import Controller
 
 from api.schemas import CreateTaskIn
 from api.tasks import create_execution
@@ -26,8 +24,8 @@ from core.db import Database
 from core.models import Event, Execution, ToolCall
 from core.settings import Settings
 from tests.conftest import make_account
+from tests.review.mail_support import Sink, smtp_sink
 from tests.support.fake_llm import Answer, call, fake_llm
-from tests.support.ports import free_port
 from tests.support.processes import VOUCH, running, vouch_env
 from tests.support.waiting import until
 
@@ -44,32 +42,16 @@ def task(n: int) -> str:
     )
 
 
-class Inbox:
-    def __init__(self) -> None:
-        self.received: list[tuple[str, str]] = []  # (Message-ID, To)
-        self.lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = BytesParser().parsebytes(envelope.original_content)
-        with self.lock:
-            self.received.append((str(message["Message-ID"]), str(message["To"])))
-        return "250 OK"
-
-    def snapshot(self) -> list[tuple[str, str]]:
-        with self.lock:
-            return list(self.received)
+def messages_at(sink: Sink) -> list[tuple[str, str]]:
+    """(Message-ID, To) of every message the SMTP server accepted, resends included."""
+    parsed = [BytesParser().parsebytes(envelope.original_content) for envelope in list(sink.envelopes)]
+    return [(str(message["Message-ID"]), str(message["To"])) for message in parsed]
 
 
 @pytest.fixture
-def inbox() -> Iterator[tuple[Inbox, int]]:
-    port = free_port()
-    box = Inbox()
-    controller = Controller(box, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield box, port
-    finally:
-        controller.stop()
+async def inbox() -> AsyncIterator[tuple[Sink, int]]:
+    with smtp_sink(asyncio.get_running_loop()) as (sink, port):
+        yield sink, port
 
 
 async def create_all(db: Database, settings: Settings, tasks: list[CreateTaskIn], model: str) -> list[str]:
@@ -79,7 +61,7 @@ async def create_all(db: Database, settings: Settings, tasks: list[CreateTaskIn]
 
 
 async def kill_at_random(
-    settings: Settings, db: Database, env: dict[str, str], ids: list[str], kills: int, mails: Inbox, expected: int
+    settings: Settings, db: Database, env: dict[str, str], ids: list[str], kills: int, mails: Sink, expected: int
 ) -> int:
     """Run two workers until every execution ends and `expected` mails reached `mails` (the workers send the
     outbox, so they must live until then), killing one (-9) at a random moment up to `kills` times
@@ -137,8 +119,8 @@ def worker_env(settings: Settings, smtp_port: int, **extra: str) -> dict[str, st
     )
 
 
-def assert_each_mail_once(box: Inbox, expected: list[str], kills: int) -> None:
-    received = box.snapshot()
+def assert_each_mail_once(box: Sink, expected: list[str], kills: int) -> None:
+    received = messages_at(box)
     by_id = {mid: to for mid, to in received}
     # Each mail the agents sent is one message (one Message-ID) at the server, and every one arrived.
     assert sorted(by_id.values()) == sorted(expected)
@@ -148,9 +130,9 @@ def assert_each_mail_once(box: Inbox, expected: list[str], kills: int) -> None:
     assert resent <= kills
 
 
-async def until_mail(box: Inbox, count: int) -> None:
+async def until_mail(box: Sink, count: int) -> None:
     async def arrived() -> bool | None:
-        return True if len({mid for mid, _ in box.snapshot()}) >= count else None
+        return True if len({mid for mid, _ in messages_at(box)}) >= count else None
 
     # Usually seconds; but a message a killed worker had claimed, and not sent, goes out again only when its
     # send lease (2 minutes, core/mail.py) runs out.
@@ -158,7 +140,7 @@ async def until_mail(box: Inbox, count: int) -> None:
 
 
 async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
-    settings: Settings, db: Database, inbox: tuple[Inbox, int]
+    settings: Settings, db: Database, inbox: tuple[Sink, int]
 ) -> None:
     box, port = inbox
     tasks = [
@@ -186,7 +168,7 @@ def conversation_script(body: dict[str, Any]) -> Answer:
 
 
 async def test_model_agents_killed_at_random_resume_from_their_history_without_repeating(
-    settings: Settings, db: Database, inbox: tuple[Inbox, int]
+    settings: Settings, db: Database, inbox: tuple[Sink, int]
 ) -> None:
     box, port = inbox
     addresses = [f"model{n}@example.com" for n in range(4)]
