@@ -13,7 +13,8 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from core.db import Database
-from core.models import Execution, UTCDateTime, utcnow
+from core.events import append_event
+from core.models import EXECUTIONS, UTCDateTime, utcnow
 
 RUNNABLE = ("queued", "running")
 
@@ -28,37 +29,77 @@ class Claim:
     epoch: int
 
 
+# A claim is still the execution's: the conditions every write of a run is fenced by, with bind parameters
+# `claim_worker` and `claim_epoch` (ExecutionRunner.fenced), so that statements carrying them are built once.
+CLAIM_HOLDS = (
+    EXECUTIONS.c.worker_id == sa.bindparam("claim_worker"),
+    EXECUTIONS.c.lease_epoch == sa.bindparam("claim_epoch"),
+    EXECUTIONS.c.status == "running",
+)
+
+
 async def claim_next(db: Database, worker_id: str, lease_seconds: float) -> Claim | None:
+    """The oldest runnable execution, claimed; None when there is none."""
+    return await _claim(db, worker_id, lease_seconds, None)
+
+
+async def claim_execution(db: Database, worker_id: str, lease_seconds: float, execution_id: str) -> Claim | None:
+    """This execution, claimed if it is runnable (a wake-up named it); None when it is not, or no longer."""
+    return await _claim(db, worker_id, lease_seconds, execution_id)
+
+
+def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
+    columns = EXECUTIONS.c
+    return (
+        sa.update(EXECUTIONS)
+        .where(which)
+        .values(
+            status="running",
+            worker_id=sa.bindparam("claimant"),
+            lease_until=sa.bindparam("claimed_until"),
+            lease_epoch=columns.lease_epoch + 1,
+            started_at=sa.func.coalesce(columns.started_at, sa.bindparam("now", type_=UTCDateTime())),
+        )
+        .returning(columns.id, columns.lease_epoch)
+    )
+
+
+def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
+    columns = EXECUTIONS.c
+    return (
+        columns.status.in_(RUNNABLE),
+        sa.or_(columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())),
+    )
+
+
+# Built once (every run starts with a claim): by id, and the oldest runnable, which PostgreSQL skips past rows
+# another worker is claiming for. PostgreSQL re-checks a claim by id once a concurrent claim's row lock is released.
+_CLAIM_BY_ID = _claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable()))
+_OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable()).order_by(EXECUTIONS.c.created_at).limit(1)
+_CLAIM_OLDEST = {
+    "sqlite": _claiming(EXECUTIONS.c.id == _OLDEST.scalar_subquery()),
+    "postgresql": _claiming(EXECUTIONS.c.id == _OLDEST.with_for_update(skip_locked=True).scalar_subquery()),
+}
+_SELECT_1 = sa.text("SELECT 1")
+
+
+async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_id: str | None) -> Claim | None:
     async with db.transaction() as session:
         if db.dialect == "sqlite":
             # BEGIN IMMEDIATE may have waited for another writer: read the clock once the lock is
             # ours, or an execution created meanwhile would look started before it was created.
-            await session.execute(sa.text("SELECT 1"))
+            await session.execute(_SELECT_1)
         now = utcnow()
-        candidate = (
-            sa.select(Execution.id)
-            .where(
-                Execution.status.in_(RUNNABLE),
-                sa.or_(Execution.lease_until.is_(None), Execution.lease_until < now),
-            )
-            .order_by(Execution.created_at)
-            .limit(1)
-        )
-        if db.dialect == "postgresql":
-            candidate = candidate.with_for_update(skip_locked=True)
-        row = (
-            await session.execute(
-                sa.update(Execution)
-                .where(Execution.id == candidate.scalar_subquery())
-                .values(
-                    status="running",
-                    worker_id=worker_id,
-                    lease_until=now + timedelta(seconds=lease_seconds),
-                    lease_epoch=Execution.lease_epoch + 1,
-                    started_at=sa.func.coalesce(Execution.started_at, sa.literal(now, UTCDateTime())),
-                )
-                .returning(Execution.id, Execution.lease_epoch),
-                execution_options={"synchronize_session": False},
-            )
-        ).first()
-    return Claim(row[0], row[1]) if row is not None else None
+        parameters = {"now": now, "claimant": worker_id, "claimed_until": now + timedelta(seconds=lease_seconds)}
+        if execution_id is not None:
+            claiming, parameters["wanted"] = _CLAIM_BY_ID, execution_id
+        else:
+            claiming = _CLAIM_OLDEST[db.dialect]
+        row = (await session.execute(claiming, parameters)).first()
+        if row is None:
+            return None
+        claim = Claim(row[0], row[1])
+        # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
+        started = "execution.started" if claim.epoch == 1 else "execution.resumed"
+        await append_event(session, claim.execution_id, started, {"worker": worker_id})
+    return claim

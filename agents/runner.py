@@ -17,7 +17,7 @@ from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import llm, offline
-from agents.claims import Claim, LeaseLost
+from agents.claims import CLAIM_HOLDS, Claim, LeaseLost
 from agents.llm import ProviderFailed
 from agents.model_names import ModelUnavailable
 from agents.model_steps import ModelDriver
@@ -27,13 +27,21 @@ from agents.providers import ModelRegistry
 from core.db import Database
 from core.events import append_event
 from core.logs import execution_context
-from core.models import Checkpoint, Execution, utcnow
+from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
 from review import decide
 from review.notify import checkpoint_awaiting
 from review.timers import schedule_timers
 
 log = logging.getLogger(__name__)
+
+
+# Renew the lease if the claim still holds.
+_FENCE = (
+    sa.update(EXECUTIONS)
+    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"), *CLAIM_HOLDS)
+    .values(lease_until=sa.bindparam("renewed_until"))
+)
 
 
 class AgentUnavailable(Exception):
@@ -84,24 +92,17 @@ class ExecutionRunner:
             log.exception("execution %s failed", self.execution_id)
             await self._fail(exc)
 
-    def claim_holds(self) -> list[sa.ColumnElement[bool]]:
-        """This worker's claim is still the execution's: the conditions every write is fenced by."""
-        return [
-            Execution.worker_id == self.worker_id,
-            Execution.lease_epoch == self.claim.epoch,
-            Execution.status == "running",
-        ]
-
-    def renewed_lease(self) -> dict[str, Any]:
-        return {"lease_until": utcnow() + timedelta(seconds=self.settings.worker_lease_seconds)}
+    def fenced(self) -> dict[str, Any]:
+        """The parameters of a statement fenced by CLAIM_HOLDS that renews the lease (`renewed_until`)."""
+        return {
+            "execution_id": self.execution_id,
+            "claim_worker": self.worker_id,
+            "claim_epoch": self.claim.epoch,
+            "renewed_until": utcnow() + timedelta(seconds=self.settings.worker_lease_seconds),
+        }
 
     async def fence(self, session: AsyncSession) -> None:
-        renewed = await session.execute(
-            sa.update(Execution)
-            .where(Execution.id == self.execution_id, *self.claim_holds())
-            .values(**self.renewed_lease()),
-            execution_options={"synchronize_session": False},
-        )
+        renewed = await session.execute(_FENCE, self.fenced())
         if renewed.rowcount != 1:  # type: ignore[attr-defined]
             raise LeaseLost(self.execution_id)
 
@@ -126,14 +127,12 @@ class ExecutionRunner:
             if execution.agent_state is None:
                 state = self._initial_state(execution, checkpoints)
                 execution.agent_state = state
-                await append_event(session, self.execution_id, "execution.started", {"worker": self.worker_id})
                 if state["agent"] == offline.MODEL_NAME:
                     await append_event(
                         session, self.execution_id, "agent.message", {"text": offline.plan_message(state)}
                     )
             else:
                 state = dict(execution.agent_state)
-                await append_event(session, self.execution_id, "execution.resumed", {"worker": self.worker_id})
                 if state["agent"] == offline.MODEL_NAME:
                     await OfflineDriver.take_rejections(self, session, state)
             mode = RunMode(

@@ -9,23 +9,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents.claims import LeaseLost
+from agents.claims import CLAIM_HOLDS, LeaseLost
 from agents.gates import gate_for_call
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
-from core.events import append_event, append_events
+from core.events import append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import Checkpoint, ToolCall, utcnow
 from review import decide
 
 if TYPE_CHECKING:
     from agents.runner import ExecutionRunner
+
+
+_INSERT_CALL = sa.insert(cast(sa.Table, ToolCall.__table__))
+# A step's seqs, its claim's fence, the lease's renewal and the agent's progress: one statement.
+_FENCED_STEP = seq_allocation(
+    *CLAIM_HOLDS, lease_until=sa.bindparam("renewed_until"), agent_state=sa.bindparam("saved_state")
+)
 
 
 def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -161,20 +168,21 @@ async def run_in_place(
     ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
     result, error = await _record(tool, ctx, step.args, None)
     elapsed = time.perf_counter() - began
-    session.add(
-        ToolCall(
-            id=call_id,
-            execution_id=runner.execution_id,
-            step_index=step.index,
-            tool=step.tool,
-            args=step.args,
-            provider_call_id=step.provider_call_id,
-            status="failed" if error else "succeeded",
-            result=result,
-            error=error,
-            started_at=started,
-            finished_at=utcnow(),
-        )
+    await session.execute(
+        _INSERT_CALL,
+        {
+            "id": call_id,
+            "execution_id": runner.execution_id,
+            "step_index": step.index,
+            "tool": step.tool,
+            "args": step.args,
+            "provider_call_id": step.provider_call_id,
+            "status": "failed" if error else "succeeded",
+            "result": result,
+            "error": error,
+            "started_at": started,
+            "finished_at": utcnow(),
+        },
     )
     answer = _answer(result, error)
     after(answer)
@@ -188,8 +196,8 @@ async def run_in_place(
         session,
         runner.execution_id,
         events,
-        where=runner.claim_holds(),
-        values={**runner.renewed_lease(), "agent_state": dict(state)},
+        allocation=_FENCED_STEP,
+        parameters={**runner.fenced(), "saved_state": dict(state)},
     )
     if added is None:
         raise LeaseLost(runner.execution_id)

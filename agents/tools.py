@@ -10,10 +10,12 @@ exactly-once.
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from agents.http_tool import HttpRequest
 from agents.tool_base import Tool, ToolContext, ToolFailed, schema
@@ -54,6 +56,16 @@ class SendEmail(Tool):
         }
 
 
+@functools.cache
+def _file_upsert(dialect: str) -> sa.Executable:
+    """Write a workspace file, replacing it if it exists: one statement, built once (an agent writes many)."""
+    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(cast(sa.Table, WorkspaceFile.__table__))
+    return insert.on_conflict_do_update(
+        index_elements=["execution_id", "path"],
+        set_={"content": insert.excluded.content, "updated_at": insert.excluded.updated_at},
+    )
+
+
 class WriteFile(Tool):
     name = "write_file"
     description = "Write a text file to this task's workspace (replacing it if it exists)."
@@ -61,11 +73,10 @@ class WriteFile(Tool):
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         path, content = str(args["path"]), str(args["content"])
-        existing = await ctx.session.get(WorkspaceFile, (ctx.execution_id, path))
-        if existing is None:
-            ctx.session.add(WorkspaceFile(execution_id=ctx.execution_id, path=path, content=content))
-        else:
-            existing.content, existing.updated_at = content, utcnow()
+        await ctx.session.execute(
+            _file_upsert(ctx.session.get_bind().dialect.name),
+            {"execution_id": ctx.execution_id, "path": path, "content": content, "updated_at": utcnow()},
+        )
         return {"path": path, "bytes": len(content.encode())}
 
 

@@ -6,13 +6,12 @@ A slow poll is the safety net for lost wake-ups and for leases left by dead work
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
 import socket
 
-from agents.claims import claim_next
+from agents.claims import claim_execution, claim_next
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
 from core.bus import WAKE_CHANNEL
@@ -25,6 +24,9 @@ from review.inbound import InboundListener
 from review.timers import run_review_timers
 
 log = logging.getLogger(__name__)
+
+# Executions named by wake-ups and kept for claiming by id while the worker is full.
+_NAMED_AT_MOST = 1000
 
 
 def default_worker_id() -> str:
@@ -41,6 +43,11 @@ class Worker:
         # The runs of this worker by execution id: a cancel on the bus stops exactly that one.
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._kick = asyncio.Event()
+        # Executions wake-ups named as runnable, claimed by id. A search for the oldest runnable one is due
+        # at start, at every safety-net poll and when the named ones overflow; a claim that finds nothing
+        # ends it. A claim is a write transaction: none is spent on finding nothing after every run.
+        self._named: dict[str, None] = {}
+        self._search = True
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then cancel what runs: its leases lapse and others resume it."""
@@ -67,8 +74,10 @@ class Worker:
             while not stop.is_set():
                 self._kick.clear()
                 await self._fill()
-                with contextlib.suppress(TimeoutError):
+                try:
                     await asyncio.wait_for(self._kick.wait(), self.settings.worker_poll_seconds)
+                except TimeoutError:
+                    self._search = True
         finally:
             for task in (*self._running, stopper):
                 task.cancel()  # a run stops its agent between statements (ExecutionRunner.run)
@@ -80,15 +89,31 @@ class Worker:
             await self.models.aclose()
             log.info("worker %s stopped", self.worker_id)
 
+    def _wanted(self, execution_id: str) -> None:
+        self._named[execution_id] = None
+        if len(self._named) > _NAMED_AT_MOST:
+            # Far more named than can run: one search at a time finds them all, oldest first.
+            self._named.clear()
+            self._search = True
+        self._kick.set()
+
     async def _fill(self) -> None:
-        while len(self._running) < self.settings.worker_concurrency:
+        lease = self.settings.worker_lease_seconds
+        while len(self._running) < self.settings.worker_concurrency and (self._named or self._search):
+            named = next(iter(self._named), None)
             try:
-                claim = await claim_next(self.db, self.worker_id, self.settings.worker_lease_seconds)
+                if named is not None:
+                    del self._named[named]
+                    claim = await claim_execution(self.db, self.worker_id, lease, named)
+                else:
+                    claim = await claim_next(self.db, self.worker_id, lease)
+                    self._search = claim is not None
             except Exception:
-                log.exception("claiming failed; retrying at the next wake-up")
+                log.exception("claiming failed; retrying at the next poll")
+                self._search = True
                 return
             if claim is None:
-                return
+                continue
             runner = ExecutionRunner(self.settings, self.db, self.worker_id, claim, self.models)
             task = asyncio.create_task(runner.run())
             self._running.add(task)
@@ -99,7 +124,8 @@ class Worker:
         self._running.discard(task)
         if self._runs.get(execution_id) is task:
             del self._runs[execution_id]
-        self._kick.set()
+        if self._named or self._search:  # waiting for room
+            self._kick.set()
 
     async def _listen_for_wakeups(self) -> None:
         while True:
@@ -109,12 +135,17 @@ class Worker:
                         message = await wake.get(timeout=None)
                         if message is None:
                             continue
+                        execution_id = str(message.get("executionId"))
                         if message.get("cancelled"):
                             # The cancel is committed; the run stops now rather than at its next step.
-                            run = self._runs.get(str(message.get("executionId")))
+                            run = self._runs.get(execution_id)
                             if run is not None:
                                 run.cancel()
-                        self._kick.set()
+                        elif message.get("executionId"):
+                            self._wanted(execution_id)
+                        else:
+                            self._search = True
+                            self._kick.set()
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -24,7 +24,9 @@ from api.ratelimit import make_rate_limiter
 from api.ratelimit_http import add_rate_limit_headers
 from api.requestids import install_request_ids, request_id
 from api.services import Services, close_request_session, commit_request_session
+from api.status_cache import StatusCache, listen_for_invalidations
 from api.usage import UsageRecorder
+from core.auth_cache import ApiKeyCache
 from core.bus import make_bus
 from core.db import Database
 from core.settings import Settings
@@ -132,8 +134,16 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     async def start() -> None:
         bus = make_bus(settings.redis_url)
         db = Database(settings.database_url, bus)
+        auth_cache, status_cache = ApiKeyCache(settings.auth_cache_seconds), StatusCache(settings.status_cache_seconds)
         app.extensions["vouch"] = Services(
-            settings=settings, bus=bus, db=db, usage=UsageRecorder(db), rate_limiter=make_rate_limiter(settings)
+            settings=settings,
+            bus=bus,
+            db=db,
+            usage=UsageRecorder(db),
+            rate_limiter=make_rate_limiter(settings),
+            auth_cache=auth_cache,
+            status_cache=status_cache,
+            cache_listening=listen_for_invalidations(bus, auth_cache, status_cache),
         )
         background["usage_stop"] = asyncio.Event()
         background["usage"] = asyncio.create_task(app.extensions["vouch"].usage.run(background["usage_stop"]))
@@ -157,6 +167,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
             await background["usage"]
         found: Services | None = app.extensions.pop("vouch", None)
         if found is not None:
+            await found.cache_listening.stop()
             await found.db.dispose()
             await found.bus.close()
             await found.rate_limiter.close()

@@ -13,7 +13,6 @@ from api.problems import ApiError, unauthorized
 from api.ratelimit_http import charge_request
 from api.services import db_session, services
 from core import apikeys
-from core.accounts import api_key_and_email_by_secret, key_state
 from core.models import utcnow
 
 P = ParamSpec("P")
@@ -41,20 +40,20 @@ async def authenticate() -> Caller:
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or " " in secret:
         raise unauthorized("malformed_authorization", "the Authorization header must be 'Bearer <API key>'")
-    settings = services().settings
-    session = db_session()
-    # The key and its owner's e-mail in one query: this runs before every API request.
-    found = await api_key_and_email_by_secret(session, secret, settings.secret_key)
-    if found is None:
+    found = services()
+    # This runs before every API request: the key and its owner come from the process's key cache
+    # (core/auth_cache.py), which opens the request's session only on a miss.
+    key = await found.auth_cache.find(secret, found.settings.secret_key, db_session)
+    if key is None:
         raise unauthorized("invalid_api_key", "this API key is not valid")
-    key, email = found
     now = utcnow()
-    state = key_state(key, now)
+    # Judged against this request's clock, never cached: a key that expired a moment ago is refused now.
+    state = key.state(now)
     if state != "active":
         raise unauthorized(f"api_key_{state}", f"this API key has been {state}")
     # Counted in memory and written in batches (api/usage.py): no write per request.
-    services().usage.record(key.id, request.remote_addr, now)
-    return Caller(key.user_id, email, key.id, apikeys.effective_scopes(key.scopes))
+    found.usage.record(key.key_id, request.remote_addr, now)
+    return Caller(key.user_id, key.email, key.key_id, key.scopes)
 
 
 def require_scope(scope: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:

@@ -22,6 +22,14 @@ from api.problems import ApiError
 from core.models import ApiKey, Execution
 
 ACTIVE_STATUSES = ("queued", "running", "awaiting_review")
+# Built once: every create runs them.
+_LOCK_KEY = sa.select(ApiKey.id).where(ApiKey.id == sa.bindparam("key_id")).with_for_update(key_share=True)
+_ACTIVE_BY_STATUS = (
+    sa.select(Execution.status, sa.func.count())
+    .where(Execution.api_key_id == sa.bindparam("key_id"), Execution.status.in_(ACTIVE_STATUSES))
+    .group_by(Execution.status)
+)
+
 # No finish time can be predicted (an execution may await a human for days): a polite polling interval.
 RETRY_AFTER_SECONDS = 30
 
@@ -31,15 +39,11 @@ async def ensure_execution_slot(session: AsyncSession, key_id: str, limit: int) 
     the transaction that inserts the new execution, right before the insert."""
     bind = session.get_bind()
     if bind.dialect.name == "postgresql":
-        await session.execute(sa.select(ApiKey.id).where(ApiKey.id == key_id).with_for_update(key_share=True))
+        await session.execute(_LOCK_KEY, {"key_id": key_id})
     elif not bind.get_execution_options().get("vouch_write", False):
         # A deferred (read) transaction would let two creates count at once: refuse to run unsafely.
         raise RuntimeError("the execution slot check needs the request's write (BEGIN IMMEDIATE) session")
-    rows = await session.execute(
-        sa.select(Execution.status, sa.func.count())
-        .where(Execution.api_key_id == key_id, Execution.status.in_(ACTIVE_STATUSES))
-        .group_by(Execution.status)
-    )
+    rows = await session.execute(_ACTIVE_BY_STATUS, {"key_id": key_id})
     by_status: dict[str, int] = {status: count for status, count in rows}
     active = sum(by_status.values())
     if active < limit:

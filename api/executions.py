@@ -21,6 +21,7 @@ from api.problems import ApiError
 from api.schemas import REVIEWER_REQUIRED, ExecutionPatchIn, parse_body, reviewer_required
 from api.services import db_session, services
 from api.status import status_record
+from api.status_cache import invalidate_status_after_commit
 from api.tasks import execution_chat_url, json_body, owned_execution
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
@@ -225,4 +226,6 @@ async def delete_execution(execution_id: str) -> tuple[str, int]:
             f"execution {execution_id} is {execution.status}; cancel it first, then delete it",
         )
     session.expunge(execution)
+    # Deleting appends no event (the events go with it): cached records are dropped explicitly.
+    invalidate_status_after_commit(session, execution_id)
     return "", 204

@@ -11,15 +11,17 @@ Two limiters behave the same: `InProcessRateLimiter` for one process (the embedd
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
+from api.resp import RespClient
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -180,8 +182,13 @@ class RedisRateLimiter:
         self.prefix = prefix
         self._clock = clock
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-        # EVALSHA, and EVAL (which loads the script) when Redis answers NOSCRIPT: after a restart or FLUSH.
-        self._script = self._redis.register_script(_GCRA_LUA)
+        # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH. Through the
+        # pipelined client of api/resp.py where the URL allows (redis://), redis-py's otherwise (rediss://, unix).
+        self._script: Any
+        try:
+            self._script = _FastScript(RespClient(url, timeout))
+        except ValueError:
+            self._script = self._redis.register_script(_GCRA_LUA)
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -194,6 +201,8 @@ class RedisRateLimiter:
             raw = await self._script(
                 keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now], client=self._redis
             )
+            if not isinstance(raw, list) or len(raw) != 4:
+                raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
         except (RedisError, OSError) as exc:
             if self._down_until is None:
                 log.warning("rate limiter: Redis unavailable (%s); limiting per process until it is back", exc)
@@ -211,7 +220,25 @@ class RedisRateLimiter:
         return self._down_until is not None
 
     async def close(self) -> None:
+        if isinstance(self._script, _FastScript):
+            await self._script.client.close()
         await self._redis.aclose()
+
+
+class _FastScript:
+    """The GCRA script over api/resp.py's client, called like redis-py's registered script."""
+
+    def __init__(self, client: RespClient) -> None:
+        self.client = client
+        self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
+
+    async def __call__(self, *, keys: list[str], args: list[int | str], client: Any = None) -> Any:
+        try:
+            return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            loaded = await self.client.call(b"SCRIPT", b"LOAD", _GCRA_LUA)
+            self.sha = loaded.decode() if isinstance(loaded, bytes) else self.sha
+            return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 def make_rate_limiter(settings: Settings) -> RateLimiter:

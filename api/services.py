@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from quart import Response, current_app, g, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.ratelimit import RateLimiter
 from api.usage import UsageRecorder
-from core.bus import Bus
+from core.auth_cache import ApiKeyCache
+from core.bus import Bus, Listening
 from core.db import Database
 from core.settings import Settings
+
+if TYPE_CHECKING:
+    from api.status_cache import StatusCache
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -25,6 +30,10 @@ class Services:
     usage: UsageRecorder
     # Requests per key (api/ratelimit.py): in process, or shared through Redis when configured.
     rate_limiter: RateLimiter
+    # Per-process caches of API keys and status records, kept current over the bus (api/status_cache.py).
+    auth_cache: ApiKeyCache
+    status_cache: StatusCache
+    cache_listening: Listening
 
 
 def services() -> Services:

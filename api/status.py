@@ -7,13 +7,23 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.events import isoformat
-from core.metrics import load_facts, metrics_of
+from core.metrics import RunFacts, load_facts, metrics_of
 from core.models import Checkpoint, Decision, Execution
 from core.webhooks import webhook_record
 from review import DecisionRecord
 
 
 async def status_record(session: AsyncSession, execution: Execution, chat_url: str) -> dict[str, Any]:
+    record, facts = await record_and_facts(session, execution)
+    record["chatUrl"] = chat_url
+    record["metrics"] = metrics_of(facts)
+    return record
+
+
+async def record_and_facts(session: AsyncSession, execution: Execution) -> tuple[dict[str, Any], RunFacts]:
+    """The record without its two parts that are not facts of the rows: `chatUrl` (it depends on the host the
+    request named, when no base URL is configured) and `metrics` (open intervals run to now); both None here.
+    The facts are what `metrics_of` computes the metrics from (api/status_cache.py does so at serve time)."""
     # The checkpoints and decisions the metrics read are the ones the record shows: loaded once.
     facts = await load_facts(session, execution)
     # Every attempt's decision is kept; `decision` is the one on the checkpoint's current attempt.
@@ -23,7 +33,7 @@ async def status_record(session: AsyncSession, execution: Execution, chat_url: s
     checkpoints: list[tuple[Checkpoint, Decision | None]] = [
         (cp, next((d for d in history.get(cp.id, []) if d.attempt == cp.attempt), None)) for cp in facts.checkpoints
     ]
-    return {
+    record = {
         "success": True,
         "executionId": execution.id,
         "taskName": execution.task_name,
@@ -32,7 +42,7 @@ async def status_record(session: AsyncSession, execution: Execution, chat_url: s
         "assignedReviewer": execution.assigned_reviewer,
         "agentModel": execution.agent_model,
         "autoDetectCheckpoints": execution.auto_detect_checkpoints,
-        "chatUrl": chat_url,
+        "chatUrl": None,
         "createdAt": isoformat(execution.created_at),
         "startedAt": isoformat(execution.started_at),
         "completedAt": isoformat(execution.completed_at),
@@ -56,6 +66,7 @@ async def status_record(session: AsyncSession, execution: Execution, chat_url: s
         ],
         "result": execution.result,
         "error": execution.error,
-        "metrics": metrics_of(facts),
+        "metrics": None,
         "webhook": await webhook_record(session, execution),
     }
+    return record, facts

@@ -18,11 +18,17 @@ watcher that misses a message finds the gap by `seq` and asks the database for i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import types
+import weakref
+from collections import deque
+from collections.abc import Coroutine, Generator
 from typing import Any, Protocol
 
 import socketio
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
+from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
 from socketio import packet as sio_packet
 
 log = logging.getLogger(__name__)
@@ -51,15 +57,126 @@ class RoomSink:
         await self._emitter.emit(EVENT, message, namespace=NAMESPACE, room=room_of(message["executionId"]))
 
 
+class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
+    """engine.io's ASGI websocket, which the room's events may also be written to directly.
+
+    engine.io hands every packet to a socket's queue, and a writer task per socket waits on that queue through
+    `asyncio.wait_for` (a new task on every wake) before writing. For a room of 1,000 watchers that is 1,000
+    wakes and 1,000 new tasks per event, about half the web process's CPU in the fan-out, and the tasks live
+    until the next event, long enough to reach the oldest GC generation: full collections ran every 1.5 s and
+    stopped the loop for 100-600 ms, which was the paced p99 (bench/README.md). `deliver` writes a frame at
+    once instead, without waiting and in order; engine.io's own packets (pings, answers) keep its queue.
+
+    Relies on engine.io internals (the handler it passes is its socket's bound method; `server._async`;
+    `socket.connected/closing/closed`; `server.sockets`): the version range is pinned in pyproject.toml.
+    """
+
+    def __init__(self, handler: Any, server: Any) -> None:
+        super().__init__(handler, server)
+        self._socket = getattr(handler, "__self__", None)
+        # Frames that arrived while an earlier write waited for the transport (flow control); None when idle.
+        self._backlog: deque[str | bytes] | None = None
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def __call__(self, environ: dict[str, Any]) -> Any:
+        socket = self._socket
+        # Only a socket that is websocket from its handshake: one upgrading from polling may still have packets
+        # in its queue for the polling transport, and those must not be overtaken.
+        direct = socket is not None and not socket.connected
+        if direct:
+            _DIRECT[socket] = self
+        try:
+            return await super().__call__(environ)
+        finally:
+            if direct:
+                _DIRECT.pop(socket, None)
+            if self._drainer is not None:
+                self._drainer.cancel()
+
+    def deliver(self, frame: str | bytes) -> None:
+        """Write a frame now, or after the frames already waiting for this socket; never waits itself, so one
+        slow watcher holds up no other. A failure of an immediate write is raised to the caller."""
+        if self._backlog is not None:
+            self._backlog.append(frame)
+            return
+        sending = self.send(frame)
+        try:
+            # The ASGI send runs to its end here unless the server must wait before writing (uvicorn waits
+            # while the transport has paused writing). That is the common case: no task, no wake-up.
+            waiting_on = sending.send(None)
+        except StopIteration:
+            return
+        except BaseException:
+            sending.close()
+            raise
+        self._backlog = deque()
+        self._drainer = asyncio.ensure_future(self._drain(sending, waiting_on))
+
+    async def _drain(self, sending: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        try:
+            await _carry_on(sending, waiting_on)
+            while self._backlog:
+                await self.send(self._backlog.popleft())
+        except Exception:
+            log.info("chat: a watcher's socket failed while writing; its reader will close it", exc_info=True)
+        finally:
+            self._backlog = None
+            self._drainer = None
+
+
+@types.coroutine
+def _carry_on(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
+    """Finish, inside a task, a coroutine that was stepped by hand and stopped at `waiting_on`.
+
+    It yields what the coroutine yielded, so the task waits on that, then passes on what the task sends or
+    throws (cancellation) exactly as `await` would have."""
+    while True:
+        try:
+            value = yield waiting_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            waiting_on = coro.send(value)
+        except StopIteration:
+            return
+
+
+# engine.io socket -> its websocket, for sockets that take direct writes; dropped with the socket.
+_DIRECT: weakref.WeakKeyDictionary[Any, DirectWebSocket] = weakref.WeakKeyDictionary()
+
+
+def _direct_to(sockets: dict[str, Any] | None, eio_sid: str) -> DirectWebSocket | None:
+    socket = sockets.get(eio_sid) if sockets is not None else None
+    if socket is None or socket.closing or socket.closed:
+        return None
+    return _DIRECT.get(socket)
+
+
 class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
     """Local delivery to a room without a task per recipient.
 
     python-socketio's manager starts one asyncio task per recipient for every message and waits for them all;
     for a room of 1,000 watchers that bookkeeping, not the sending, is most of the cost. Handing a packet to a
     socket only puts it on that socket's unbounded queue, so doing it in turn is just as fair, keeps each
-    watcher's order, and measured (bench/chat_fanout.py) four to five times the deliveries per second. One
+    watcher's order, and measured (bench/chat_fanout.py) four to five times the deliveries per second. A
+    websocket's frames are written directly (DirectWebSocket), other transports' go through engine.io. One
     recipient's failure is logged and skips only that recipient. Emits with a callback keep the library's path.
     """
+
+    def set_server(self, server: Any) -> None:
+        super().set_server(server)
+        eio: Any = getattr(server, "eio", None)
+        drivers = getattr(eio, "_async", None)
+        if isinstance(drivers, dict) and drivers.get("websocket") is eio_asgi.WebSocket:
+            # A copy: the drivers table is engine.io's module-level dict, shared by every server in the process.
+            eio._async = {**drivers, "websocket": DirectWebSocket}
 
     async def emit(
         self,
@@ -77,14 +194,25 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
         if callback is not None or send is None or namespace not in self.rooms:
             await super().emit(event, data, namespace, room=room, skip_sid=skip_sid, callback=callback, **kwargs)
             return
-        args = list(data) if isinstance(data, tuple) else ([] if data is None else [data])
         skip = skip_sid if isinstance(skip_sid, list) else [skip_sid]
+        recipients = [(sid, eio_sid) for sid, eio_sid in self.get_participants(namespace, room) if sid not in skip]
+        if not recipients:
+            return  # most events of most executions: nobody is watching, nothing to encode
+        args = list(data) if isinstance(data, tuple) else ([] if data is None else [data])
         # Encoded once for the whole room, as the library does.
         encoded = self.server.packet_class(sio_packet.EVENT, namespace=namespace, data=[event, *args]).encode()
         parts = encoded if isinstance(encoded, list) else [encoded]
         frames = [eio_packet.Packet(eio_packet.MESSAGE, part) for part in parts]
-        for sid, eio_sid in list(self.get_participants(namespace, room)):
-            if sid in skip:
+        wire = [frame.encode() for frame in frames]
+        sockets = getattr(getattr(self.server, "eio", None), "sockets", None)
+        for sid, eio_sid in recipients:
+            ws = _direct_to(sockets, eio_sid)
+            if ws is not None:
+                try:
+                    for data in wire:
+                        ws.deliver(data)
+                except Exception:
+                    log.warning("chat: could not send to %s", sid, exc_info=True)
                 continue
             for frame in frames:
                 try:
@@ -130,13 +258,36 @@ async def listen_before_serving(server: socketio.AsyncServer, timeout: float = 1
 
 
 class WorkerEmitter:
-    """A worker's sink: a write-only Redis manager, no server, no Quart."""
+    """A worker's sink: a write-only Redis manager, no server, no Quart.
+
+    Messages are emitted in order by a task of its own, so that a committing step does not wait for a Redis
+    round trip per event (core.bus.RedisBus publishes the same way).
+    """
 
     def __init__(self, redis_url: str) -> None:
         self.manager = socketio.AsyncRedisManager(redis_url, write_only=True)
-        self.sink = RoomSink(self.manager)
+        self._room_sink = RoomSink(self.manager)
+        self._outgoing: deque[dict[str, Any]] = deque()
+        self._sending: asyncio.Task[None] | None = None
+
+    async def sink(self, message: dict[str, Any]) -> None:
+        self._outgoing.append(message)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send(), name="chat-emitter")
+
+    async def _send(self) -> None:
+        while self._outgoing:
+            message = self._outgoing.popleft()
+            try:
+                await self._room_sink(message)
+            except Exception:
+                log.warning("chat: emitting %s seq %s failed", message.get("executionId"), message.get("seq"),
+                            exc_info=True)
 
     async def close(self) -> None:
+        if self._sending is not None and not self._sending.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._sending), 5.0)
         redis = getattr(self.manager, "redis", None)
         if redis is not None:
             await redis.aclose()

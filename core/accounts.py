@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
@@ -13,6 +14,8 @@ from email_validator import EmailNotValidError, validate_email
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import apikeys
+from core.bus import CACHE_CHANNEL
+from core.db import publish_after_commit
 from core.ids import new_id
 from core.models import ApiKey, User, utcnow
 
@@ -173,7 +176,17 @@ async def revoke_api_key(session: AsyncSession, key_id: str, user_id: str | None
         raise AccountError(f"no API key with id {key_id}")
     if key.revoked_at is None:
         key.revoked_at = utcnow()
+        invalidate_api_keys_after_commit(session, key_ids=[key.id])
     return key
+
+
+def invalidate_api_keys_after_commit(
+    session: AsyncSession, *, key_ids: Iterable[str] = (), user_ids: Iterable[str] = ()
+) -> None:
+    """Web processes cache API keys (core/auth_cache.py): once `session` commits, tell each over the bus to forget
+    these keys and every key of these users. Call it in any transaction that revokes a key, changes its scopes,
+    or changes, disables or deletes its owner."""
+    publish_after_commit(session, CACHE_CHANNEL, {"apiKeys": sorted(key_ids), "users": sorted(user_ids)})
 
 
 async def api_key_by_secret(session: AsyncSession, secret: str, secret_key: bytes) -> ApiKey | None:
@@ -189,11 +202,13 @@ async def api_key_and_email_by_secret(
     """The key record and its owner's e-mail in one query (every API request asks for both); None if unknown."""
     if not apikeys.is_well_formed(secret):
         return None
+    return await api_key_and_email_by_digest(session, apikeys.key_digest(secret, secret_key))
+
+
+async def api_key_and_email_by_digest(session: AsyncSession, digest: str) -> tuple[ApiKey, str] | None:
     found = (
         await session.execute(
-            sa.select(ApiKey, User.email)
-            .join(User, User.id == ApiKey.user_id)
-            .where(ApiKey.digest == apikeys.key_digest(secret, secret_key))
+            sa.select(ApiKey, User.email).join(User, User.id == ApiKey.user_id).where(ApiKey.digest == digest)
         )
     ).first()
     return (found[0], found[1]) if found is not None else None

@@ -7,18 +7,33 @@ news of rows already committed, so a lost message costs latency, never data.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
 
 WAKE_CHANNEL = "vouch:wake"
+# Invalidations of per-process caches that no event row announces (a revoked key, a webhook attempt, a
+# deleted execution): see core/cache.py, core/auth_cache.py and api/status_cache.py.
+CACHE_CHANNEL = "vouch:cache"
+
+# A listener hears (channel, message) for every message on a channel starting with one of its prefixes.
+MessageListener = Callable[[str, dict[str, Any]], None]
+
+
+EXECUTION_CHANNEL_PREFIX = "vouch:execution:"
 
 
 def execution_channel(execution_id: str) -> str:
-    return f"vouch:execution:{execution_id}"
+    return f"{EXECUTION_CHANNEL_PREFIX}{execution_id}"
 
 
 class Subscription(Protocol):
@@ -26,12 +41,63 @@ class Subscription(Protocol):
         """The next message, or None once `timeout` seconds pass without one."""
 
 
+class Listening(Protocol):
+    @property
+    def healthy(self) -> bool:
+        """True while every message published from now on will be heard (subscribed and connected)."""
+
+    async def stop(self) -> None: ...
+
+
 class Bus(Protocol):
     async def publish(self, channel: str, message: dict[str, Any]) -> None: ...
 
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]: ...
 
+    def listen(
+        self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
+    ) -> Listening:
+        """Call `on_message` for every message on a channel with one of `prefixes`, from this process and
+        (with Redis) every other. A message published in this process is heard before `publish` returns:
+        a change committed here is known here by the time its request answers. `on_reset` is called
+        whenever messages may have been missed (a lost connection, a resubscription)."""
+
     async def close(self) -> None: ...
+
+
+class _LocalListener:
+    """Synchronous delivery to listeners in the publishing process (both buses)."""
+
+    def __init__(self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]) -> None:
+        self.prefixes = prefixes
+        self.on_message = on_message
+        self.on_reset = on_reset
+
+    def deliver(self, channel: str, message: dict[str, Any]) -> None:
+        if channel.startswith(self.prefixes):
+            try:
+                self.on_message(channel, message)
+            except Exception:
+                log.warning("bus listener failed on %s", channel, exc_info=True)
+
+
+def _notify(listeners: list[_LocalListener], channel: str, message: dict[str, Any]) -> None:
+    for listener in tuple(listeners):
+        listener.deliver(channel, message)
+
+
+class _InProcessListening:
+    def __init__(self, listeners: list[_LocalListener], listener: _LocalListener) -> None:
+        self._listeners = listeners
+        self._listener = listener
+
+    @property
+    def healthy(self) -> bool:
+        return self._listener in self._listeners
+
+    async def stop(self) -> None:
+        if self._listener in self._listeners:
+            self._listeners.remove(self._listener)
 
 
 class _QueueSubscription:
@@ -50,10 +116,19 @@ class InProcessBus:
 
     def __init__(self) -> None:
         self._subscribers: dict[str, set[_QueueSubscription]] = {}
+        self._listeners: list[_LocalListener] = []
 
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
         for sub in tuple(self._subscribers.get(channel, ())):
             sub.queue.put_nowait(message)
+        _notify(self._listeners, channel, message)
+
+    def listen(
+        self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
+    ) -> Listening:
+        listener = _LocalListener(prefixes, on_message, on_reset)
+        self._listeners.append(listener)
+        return _InProcessListening(self._listeners, listener)
 
     @asynccontextmanager
     async def subscribe(self, *channels: str) -> AsyncIterator[Subscription]:
@@ -72,6 +147,7 @@ class InProcessBus:
 
     async def close(self) -> None:
         self._subscribers.clear()
+        self._listeners.clear()
 
 
 class _RedisSubscription:
@@ -117,10 +193,51 @@ class RedisBus:
     """For many processes on many machines."""
 
     def __init__(self, url: str) -> None:
+        self._url = url
         self._redis = aioredis.Redis.from_url(url)
+        self._listeners: list[_LocalListener] = []
+        self._listenings: list[RedisListening] = []
+        self._outgoing: list[tuple[str, str]] = []
+        self._sending: asyncio.Task[None] | None = None
 
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        await self._redis.publish(channel, json.dumps(message, separators=(",", ":")))
+        """Heard in this process before this returns; sent to Redis, in order, by a task of its own.
+
+        A committing transaction does not wait for Redis: an agent step publishes several events, and their
+        round trips were a third of a durable step on PostgreSQL (bench/README.md). What is published while a
+        send is under way leaves with the next one, pipelined.
+        """
+        # Other processes hear it through Redis (and this one a second time, harmlessly).
+        _notify(self._listeners, channel, message)
+        self._outgoing.append((channel, json.dumps(message, separators=(",", ":"))))
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send(), name="bus-publisher")
+
+    async def _send(self) -> None:
+        while self._outgoing:
+            batch, self._outgoing = self._outgoing, []
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for channel, payload in batch:
+                        pipe.publish(channel, payload)
+                    await pipe.execute()
+            except (RedisError, OSError):
+                # The rows are committed: a lost message costs latency (the poll catches up).
+                log.warning("publishing %d bus message(s) to Redis failed", len(batch), exc_info=True)
+
+    async def flush(self) -> None:
+        """Wait until what was published so far has been handed to Redis (or failed to be)."""
+        while self._sending is not None and not self._sending.done():
+            await asyncio.wait({self._sending})
+
+    def listen(
+        self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
+    ) -> Listening:
+        listener = _LocalListener(prefixes, on_message, on_reset)
+        self._listeners.append(listener)
+        listening = RedisListening(self._url, listener, self._listeners)
+        self._listenings.append(listening)
+        return listening
 
     @asynccontextmanager
     async def subscribe(self, *channels: str) -> AsyncIterator[Subscription]:
@@ -135,6 +252,82 @@ class RedisBus:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.flush(), 5.0)
+        for listening in self._listenings:
+            await listening.stop()
+        self._listenings.clear()
+        await self._redis.aclose()
+
+
+def _pattern(prefix: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+
+
+class RedisListening:
+    """One pattern subscription per listener, kept up by a task: on any failure it calls `on_reset`, waits,
+    and subscribes again (calling `on_reset` once more, for what was published while it was away)."""
+
+    RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+    def __init__(self, url: str, listener: _LocalListener, local: list[_LocalListener]) -> None:
+        # Its own connection: a PING every few idle seconds finds a dead one (health_check_interval).
+        self._redis = aioredis.Redis.from_url(url, health_check_interval=5, socket_keepalive=True)
+        self._listener = listener
+        self._local = local
+        self._healthy = False
+        self._task = asyncio.create_task(self._run(), name="bus-listener")
+
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    async def _run(self) -> None:
+        failures = 0
+        patterns = [_pattern(prefix) for prefix in self._listener.prefixes]
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.psubscribe(*patterns)
+                waiting = set(patterns)
+                while waiting:
+                    raw = await pubsub.get_message(timeout=10.0)
+                    if raw is None:
+                        raise TimeoutError("Redis did not confirm the pattern subscription")
+                    if raw["type"] == "psubscribe":
+                        pattern = raw["channel"]
+                        waiting.discard(pattern.decode() if isinstance(pattern, bytes) else pattern)
+                self._healthy = True
+                failures = 0
+                self._listener.on_reset()  # whatever was published before this subscription was missed
+                while True:
+                    raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if raw is None or raw["type"] != "pmessage":
+                        continue
+                    channel = raw["channel"]
+                    self._listener.deliver(
+                        channel.decode() if isinstance(channel, bytes) else channel, json.loads(raw["data"])
+                    )
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError, TimeoutError, ValueError) as exc:
+                if self._healthy or failures == 0:
+                    log.warning("bus listener lost Redis (%s); caches are cleared and bypassed until it is back", exc)
+                self._healthy = False
+                self._listener.on_reset()
+                await asyncio.sleep(self.RETRY_SECONDS[min(failures, len(self.RETRY_SECONDS) - 1)])
+                failures += 1
+            finally:
+                self._healthy = False
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def stop(self) -> None:
+        if self._listener in self._local:
+            self._local.remove(self._listener)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
         await self._redis.aclose()
 
 

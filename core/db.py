@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
-import weakref
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event, exc
-from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
-from sqlalchemy.util import await_only
 
 from core.bus import Bus
+from core.sqlite import make_sqlite_engine
 
 log = logging.getLogger(__name__)
 
@@ -29,103 +27,43 @@ _EVENTS = "vouch_events_after_commit"
 EventSink = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
-    # Let SQLAlchemy's "begin" hook below issue BEGIN itself, instead of pysqlite guessing.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    for pragma in (
-        "journal_mode=WAL",
-        "synchronous=NORMAL",
-        "busy_timeout=30000",
-        "foreign_keys=ON",
-    ):
-        cursor.execute(f"PRAGMA {pragma}")
-    cursor.close()
-
-
-_WRITING = "vouch_sqlite_writer"
-_BUSY_SECONDS = 30.0
-
-
-class _SqliteWriters:
-    """This process's SQLite writers take turns on the event loop before BEGIN IMMEDIATE.
-
-    SQLite lets one writer in at a time. A writer that finds the lock taken waits in SQLite's busy handler,
-    which sleeps 1, 2, 5, 10, … up to 100 ms between tries however soon the lock comes free: with the web app
-    and the worker in one process (`vouch serve`), a handful of concurrent transactions turned milliseconds of
-    work into waits of hundreds of milliseconds (bench/README.md). Queued here instead, in order, the next writer
-    starts the moment the last one commits. Writers in other processes still meet at SQLite's lock.
-    """
-
-    def __init__(self) -> None:
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
-
-    def _lock(self) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        lock = self._locks.get(loop)
-        if lock is None:
-            lock = self._locks[loop] = asyncio.Lock()
-        return lock
-
-    async def _acquire(self) -> asyncio.Lock:
-        lock = self._lock()
-        try:
-            await asyncio.wait_for(lock.acquire(), _BUSY_SECONDS)
-        except TimeoutError:
-            raise sqlite3.OperationalError("database is locked") from None
-        return lock
-
-    def begin(self, conn: Connection) -> None:
-        # A writer must hold the lock from its first statement: a deferred BEGIN that later
-        # upgrades to a write either loses updates or fails with "database is locked".
-        if not conn.get_execution_options().get("vouch_write", False):
-            conn.exec_driver_sql("BEGIN")
-            return
-        # Runs inside SQLAlchemy's greenlet for the async driver: await_only waits on this process's loop.
-        conn.info[_WRITING] = await_only(self._acquire())
-        try:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        except BaseException:
-            self.release(conn.info)
-            raise
-
-    @staticmethod
-    def release(info: dict[Any, Any]) -> None:
-        lock: asyncio.Lock | None = info.pop(_WRITING, None)
-        if lock is not None:
-            lock.release()
-
-    def _release_connection(self, conn: Connection) -> None:
-        try:
-            info = conn.info
-        except (exc.DBAPIError, exc.InvalidRequestError):
-            # Invalidated mid-statement (a cancelled task): the pool's invalidate or checkin event releases it.
-            return
-        self.release(info)
-
-    def listen(self, engine: AsyncEngine) -> None:
-        sync = engine.sync_engine
-        event.listen(sync, "begin", self.begin)
-        # The transaction ends (commit, rollback), or its connection goes back to the pool or away: next writer.
-        event.listen(sync, "commit", self._release_connection)
-        event.listen(sync, "rollback", self._release_connection)
-        event.listen(
-            sync.pool, "checkin", lambda dbapi_connection, connection_record: self.release(connection_record.info)
-        )
-        event.listen(
-            sync.pool,
-            "invalidate",
-            lambda dbapi_connection, connection_record, exception: self.release(connection_record.info),
-        )
+# A pooled connection unused for this long is pinged before it is handed out.
+_IDLE_PING_SECONDS = 2.0
+_RETURNED_AT = "vouch_returned_at"
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
-        engine = create_async_engine(url, connect_args={"timeout": _BUSY_SECONDS}, **kwargs)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        _SqliteWriters().listen(engine)
-        return engine
-    return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True, **kwargs)
+        return make_sqlite_engine(url, **kwargs)
+    engine = create_async_engine(url, pool_size=10, max_overflow=20, **kwargs)
+    _ping_idle_connections(engine)
+    return engine
+
+
+def _ping_idle_connections(engine: AsyncEngine) -> None:
+    """Find connections that died while idle (a database restart, a dropped link) before a transaction does.
+
+    SQLAlchemy's pool_pre_ping pings on every checkout; with asyncpg a ping is BEGIN, a query and ROLLBACK,
+    three round trips before every transaction, about a third of an agent step (bench/README.md). A connection
+    back from a transaction moments ago is known good: only one idle for a while is pinged. One that fails is
+    replaced (DisconnectionError makes the pool discard it and check out another).
+    """
+    pool = engine.sync_engine.pool
+
+    def returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+        record.info[_RETURNED_AT] = time.monotonic()
+
+    def handed_out(dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        returned_at = record.info.get(_RETURNED_AT)
+        if returned_at is None or time.monotonic() - returned_at < _IDLE_PING_SECONDS:
+            return  # new, or in use moments ago
+        try:
+            dbapi_connection.ping()
+        except Exception as failed:
+            raise exc.DisconnectionError(f"idle connection failed its ping: {failed}") from failed
+
+    event.listen(pool, "checkin", returned)
+    event.listen(pool, "checkout", handed_out)
 
 
 def publish_after_commit(session: AsyncSession, channel: str, message: dict[str, Any]) -> None:

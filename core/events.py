@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -11,8 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import execution_channel
 from core.db import event_after_commit, publish_after_commit
-from core.models import Event, Execution, utcnow
+from core.models import EVENTS, EXECUTIONS, Event, utcnow
 from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
+
+_INSERT_EVENTS = sa.insert(EVENTS)
 
 
 def event_message(event: Event) -> dict[str, Any]:
@@ -41,37 +44,83 @@ async def append_event(
     return added[0]
 
 
+def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> sa.Update:
+    """The UPDATE … RETURNING that gives a batch of events their seqs, built once and run with parameters
+    `execution_id`, `count` and those of `where` and `values` (bind parameters).
+
+    `where` and `values` extend it, so a caller can fence its claim and save its progress in the same
+    statement. Built once because building it costs more than running it, on every agent step.
+    """
+    columns = EXECUTIONS.c
+    return (
+        sa.update(EXECUTIONS)
+        .where(columns.id == sa.bindparam("execution_id"), *where)
+        .values(last_seq=columns.last_seq + sa.bindparam("count", type_=sa.Integer()), **values)
+        .returning(columns.last_seq)
+    )
+
+
+_ALLOCATE = seq_allocation()
+
+
+@functools.cache
+def _allocate_and_insert(allocation: sa.Update, count: int) -> sa.Insert:
+    """PostgreSQL: `allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one
+    statement. Parameters as the allocation's, plus `at` and `type_<n>`, `payload_<n>` for each event."""
+    allocated = allocation.cte("allocated")
+    columns = EVENTS.c
+    rows = [
+        sa.select(
+            sa.bindparam("execution_id", type_=columns.execution_id.type),
+            allocated.c.last_seq - (count - 1 - n),
+            sa.bindparam(f"type_{n}", type_=columns.type.type),
+            sa.bindparam(f"payload_{n}", type_=columns.payload.type),
+            sa.bindparam("at", type_=columns.created_at.type),
+        ).select_from(allocated)
+        for n in range(count)
+    ]
+    source = rows[0] if count == 1 else sa.union_all(*rows)
+    return (
+        sa.insert(EVENTS)
+        .from_select(["execution_id", "seq", "type", "payload", "created_at"], source)
+        .returning(columns.seq)
+    )
+
+
 async def append_events(
     session: AsyncSession,
     execution_id: str,
     items: Sequence[tuple[str, dict[str, Any]]],
     *,
-    where: Sequence[sa.ColumnElement[bool]] = (),
-    values: dict[str, Any] | None = None,
+    allocation: sa.Update = _ALLOCATE,
+    parameters: dict[str, Any] | None = None,
 ) -> list[Event] | None:
-    """Add several events with one seq allocation: one UPDATE … RETURNING for all of them.
+    """Add several events with one seq allocation (see `seq_allocation`) for all of them.
 
-    `where` and `values` extend that UPDATE, so a caller can fence and save its progress in the same
-    statement; when `where` matches no row, nothing is added and the answer is None.
+    When the allocation's conditions match no row, nothing is added and the answer is None.
     """
-    allocated = (
-        await session.execute(
-            sa.update(Execution)
-            .where(Execution.id == execution_id, *where)
-            .values(last_seq=Execution.last_seq + len(items), **(values or {}))
-            .returning(Execution.last_seq),
-            execution_options={"synchronize_session": False},
-        )
-    ).scalar_one_or_none()
-    if allocated is None:
-        return None
     now = utcnow()
-    first = allocated - len(items) + 1
-    events = [
-        Event(execution_id=execution_id, seq=first + n, type=type_, payload=payload, created_at=now)
+    bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
+    if session.get_bind().dialect.name == "postgresql":
+        # One statement, one round trip: the allocation and the rows together.
+        for n, (type_, payload) in enumerate(items):
+            bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
+        seqs = (await session.execute(_allocate_and_insert(allocation, len(items)), {**bound, "at": now})).scalars()
+        first = min(seqs, default=None)
+    else:
+        allocated = (await session.execute(allocation, bound)).scalar_one_or_none()
+        first = None if allocated is None else allocated - len(items) + 1
+    if first is None:
+        return None
+    rows = [
+        {"execution_id": execution_id, "seq": first + n, "type": type_, "payload": payload, "created_at": now}
         for n, (type_, payload) in enumerate(items)
     ]
-    session.add_all(events)
+    if session.get_bind().dialect.name != "postgresql":
+        # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
+        await session.execute(_INSERT_EVENTS, rows)
+    # The Event objects handed back are values (no ids), never added to the session.
+    events = [Event(**row) for row in rows]
     for event in events:
         if event.type in WEBHOOK_EVENT_TYPES:  # one set lookup for every other event: the agent's hot path
             # The webhook outbox row commits with the event (and the final state beside it), or neither does.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
@@ -121,6 +121,10 @@ class Execution(Base):
     webhook_events: Mapped[list[Any] | None] = mapped_column()
 
 
+
+# The table itself, for Core statements on the agent's hot path (no ORM attribute machinery).
+EXECUTIONS = cast(sa.Table, Execution.__table__)
+
 class Checkpoint(Base):
     __tablename__ = "checkpoints"
     __table_args__ = (sa.UniqueConstraint("execution_id", "position"),)
@@ -138,6 +142,8 @@ class Checkpoint(Base):
     # Issue 6: the tool call an auto checkpoint gates (its exact tool and arguments), when there is one.
     tool_call_id: Mapped[str | None] = mapped_column(sa.String(40))
 
+
+CHECKPOINTS = cast(sa.Table, Checkpoint.__table__)
 
 class Decision(Base):
     __tablename__ = "decisions"
@@ -165,6 +171,8 @@ class Event(Base):
     payload: Mapped[dict[str, Any]] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
+
+EVENTS = cast(sa.Table, Event.__table__)
 
 class ToolCall(Base):
     __tablename__ = "tool_calls"

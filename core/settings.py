@@ -62,6 +62,11 @@ class Settings:
     # and the log format: `text` lines for people, `json` lines for collectors.
     metrics_token: str | None = None
     log_format: str = "text"
+    # Issue 8: how long a web process may serve an API key (auth) or a status record from its cache without
+    # reading the database. Changes reach every web process over the bus at once (revocation within one bus
+    # hop); these bound how stale a process that could not hear the bus may be. 0 turns a cache off.
+    auth_cache_seconds: float = 5.0
+    status_cache_seconds: float = 5.0
 
     @property
     def is_sqlite(self) -> bool:
@@ -205,4 +210,6 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         webhook_timeout_seconds=_number(env, "VOUCH_WEBHOOK_TIMEOUT_SECONDS", 15.0, 0.1),
         metrics_token=env.get("VOUCH_METRICS_TOKEN") or None,
         log_format=_log_format(env),
+        auth_cache_seconds=_number(env, "VOUCH_AUTH_CACHE_SECONDS", 5.0, 0.0),
+        status_cache_seconds=_number(env, "VOUCH_STATUS_CACHE_SECONDS", 5.0, 0.0),
     )

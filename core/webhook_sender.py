@@ -31,7 +31,7 @@ from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.outbound import OutboundRefused, guarded_client
 from core.settings import Settings
 from core.webhook_secrets import sign, signing_secrets
-from core.webhooks import WEBHOOK_CHANNEL
+from core.webhooks import WEBHOOK_CHANNEL, invalidate_status_after_commit
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,8 @@ async def _record(db: Database, delivery: WebhookDelivery, started: datetime, ou
             ),
             execution_options={"synchronize_session": False},
         )
+        # The attempt shows in the status record's `webhook` part and appends no event: say so after commit.
+        invalidate_status_after_commit(session, delivery.execution_id)
 
 
 async def _send(db: Database, settings: Settings, client: httpx.AsyncClient, delivery: WebhookDelivery,

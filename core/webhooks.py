@@ -19,6 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.bus import CACHE_CHANNEL
 from core.db import publish_after_commit
 from core.ids import new_id
 from core.metrics import execution_metrics
@@ -151,7 +152,16 @@ async def redeliver(session: AsyncSession, execution: Execution) -> WebhookDeliv
             "execution_not_finished", f"the execution is {row.status}; its completion is sent once it finishes"
         )
     metrics = await _metrics(session, row.id)
-    return _queue(session, row, row.webhook_url, _completion_payload(row, metrics))
+    delivery = _queue(session, row, row.webhook_url, _completion_payload(row, metrics))
+    # The status record lists deliveries, and a redelivery appends no event: cached records must hear of it.
+    invalidate_status_after_commit(session, row.id)
+    return delivery
+
+
+def invalidate_status_after_commit(session: AsyncSession, execution_id: str) -> None:
+    """Once `session` commits, web processes drop their cached status record of the execution
+    (api/status_cache.py): for changes the record shows that append no event."""
+    publish_after_commit(session, CACHE_CHANNEL, {"executions": [execution_id]})
 
 
 def attempt_record(attempt: WebhookAttempt) -> dict[str, Any]:

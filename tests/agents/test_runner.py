@@ -352,7 +352,11 @@ async def test_stale_claim_writes_nothing(db: Database, settings: Settings) -> N
     before = await snapshot(db, exe)
     await ExecutionRunner(settings, db, "worker-1", stale).run()
     after = await snapshot(db, exe)
-    assert after.events == before.events == [(1, "execution.created", before.events[0][2])]
+    # The stale claim's own event, written with the claim, and nothing after it.
+    assert after.events == before.events == [
+        (1, "execution.created", before.events[0][2]),
+        (2, "execution.started", {"worker": "worker-1"}),
+    ]
     assert after.calls == [] and after.mails == [] and after.files == []
     assert after.execution.status == "running"
     assert after.execution.worker_id == "worker-2"
@@ -365,7 +369,7 @@ async def test_worker_id_mismatch_is_fenced_too(db: Database, settings: Settings
     got = await claim(db)
     await ExecutionRunner(settings, db, "someone-else", got).run()
     snap = await snapshot(db, exe)
-    assert snap.types == ["execution.created"]
+    assert snap.types == ["execution.created", "execution.started"]  # the claim's, not the runner's
     assert snap.calls == []
 
 
@@ -516,7 +520,7 @@ async def test_an_agent_model_that_cannot_run_fails_clearly(
     assert says in snap.execution.error
     assert snap.execution.completed_at is not None
     assert snap.execution.worker_id is None and snap.execution.lease_until is None
-    assert snap.types == ["execution.created", "execution.failed"]
+    assert snap.types == ["execution.created", "execution.started", "execution.failed"]
     assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error}]
     assert snap.calls == []
     assert_contiguous(snap)

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from core import apikeys
-from core.accounts import revoke_api_key
+from core.accounts import invalidate_api_keys_after_commit, revoke_api_key
 from core.models import ApiKey, utcnow
 from tests.api.helpers import (
     CREATE,
@@ -127,6 +127,8 @@ async def test_expired_key_is_401(api_only: Service) -> None:
         await session.execute(
             sa.update(ApiKey).where(ApiKey.id == key_id).values(expires_at=utcnow() - timedelta(seconds=1))
         )
+        # A writer that changes a key says so, for the web processes' key caches (core/auth_cache.py).
+        invalidate_api_keys_after_commit(session, key_ids=[key_id])
     for name, call in calls.items():
         payload = await assert_unauthorized(await call(bearer(secret)))
         assert payload["code"] == "api_key_expired", (name, payload)

@@ -1,0 +1,164 @@
+"""The per-process status-record cache: `GET /api/eval/status/<id>` without a database read when nothing changed.
+
+An entry per execution holds the record's JSON body, already encoded, split around the two parts that are not
+facts of the rows and so are filled in at serve time:
+
+- `chatUrl`, which names the host the request used when no base URL is configured;
+- `metrics`, whose open intervals (`durationMs`, a review wait still open) run to *now* while the execution has
+  not finished: they are computed per request from the cached facts (`core.metrics.metrics_of`), so a cached
+  record reads exactly as a fresh one would at that moment. A finished execution's metrics are fixed, and cached
+  encoded too.
+
+Ownership is not part of the entry: the owner's id is, and every request compares it with the caller's (another
+account's execution answers 404, cached or not).
+
+What invalidates an entry (each published after its commit, heard through `core.bus.Bus.listen`):
+
+- every event of the execution (`core.events.append_events` publishes each on the execution's channel): the
+  worker's claims, steps, pauses and endings, decisions, updates and cancels all append one in the transaction
+  that changes the rows the record shows;
+- what changes the record without an event announces it on `CACHE_CHANNEL` (`invalidate_status_after_commit`):
+  a webhook attempt the worker recorded, a redelivery queued, an execution deleted.
+
+The committing process hears its own change before `publish` returns, so its next request reads the change;
+other web processes one bus hop later. Bounded in age (VOUCH_STATUS_CACHE_SECONDS) for what a process could not
+hear, and bypassed while its bus listener is down (core/cache.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from quart import Response, current_app
+
+from api.auth import Caller
+from api.problems import not_found
+from api.services import db_session, services
+from api.status import record_and_facts
+from core.auth_cache import ApiKeyCache
+from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
+from core.cache import InvalidatingCache
+from core.metrics import FINAL_STATUSES, RunFacts, metrics_of
+from core.models import Execution, utcnow
+from core.webhooks import invalidate_status_after_commit
+
+__all__ = ["StatusCache", "invalidate_status_after_commit", "listen_for_invalidations", "serve_status"]
+
+MAX_RECORDS = 10_000
+# Fields filled in per request; the cached body holds a placeholder for each, unique to this process so that no
+# stored text can look like one.
+_LIVE_FIELDS = ("chatUrl", "metrics")
+_MARK = secrets.token_hex(16)
+
+
+def _dumps(obj: Any) -> str:
+    # Flask's provider as `response()` calls it for a compact body (its sort_keys and ensure_ascii apply).
+    return current_app.json.dumps(obj, separators=(",", ":"))
+
+
+def _pretty(obj: Any) -> str:
+    # Flask's provider as `response()` calls it in debug mode (indented).
+    return current_app.json.dumps(obj, indent=2) + "\n"
+
+
+def _compact() -> bool:
+    compact = getattr(current_app.json, "compact", None)
+    return not ((compact is None and current_app.debug) or compact is False)
+
+
+@dataclass(frozen=True)
+class CachedStatus:
+    user_id: str
+    record: dict[str, Any]
+    # None once the metrics no longer depend on the clock; they are then in `metrics_json`.
+    facts: RunFacts | None
+    metrics_json: str | None
+    # The compact body cut at the live fields' placeholders, and which field fills each cut; None when the app
+    # pretty-prints JSON (debug), where a spliced part would not be indented like the rest.
+    pieces: tuple[str, ...] | None
+    slots: tuple[str, ...]
+
+    @classmethod
+    def of(cls, user_id: str, record: dict[str, Any], facts: RunFacts) -> CachedStatus:
+        execution = facts.execution
+        fixed = execution.status in FINAL_STATUSES and execution.completed_at is not None
+        metrics_json = _dumps(metrics_of(facts)) if fixed else None
+        pieces: tuple[str, ...] | None = None
+        slots: list[str] = []
+        if _compact():
+            marks = {field: f"{_MARK}:{field}" for field in _LIVE_FIELDS}
+            body = _dumps({**record, **marks}) + "\n"
+            found = sorted((body.index(_dumps(mark)), field) for field, mark in marks.items())
+            cut, start = [], 0
+            for at, field in found:
+                cut.append(body[start:at])
+                start = at + len(_dumps(marks[field]))
+                slots.append(field)
+            cut.append(body[start:])
+            pieces = tuple(cut)
+        return cls(user_id, record, None if fixed else facts, metrics_json, pieces, tuple(slots))
+
+    def response(self, chat_url: str) -> Response:
+        if self.facts is not None:
+            metrics: Any = metrics_of(dataclasses.replace(self.facts, now=utcnow()))
+        if self.pieces is None:
+            record = dict(self.record, chatUrl=chat_url)
+            record["metrics"] = metrics if self.facts is not None else current_app.json.loads(self.metrics_json or "")
+            return current_app.response_class(_pretty(record), mimetype="application/json")
+        live = {"chatUrl": _dumps(chat_url), "metrics": self.metrics_json or _dumps(metrics)}
+        parts = [self.pieces[0]]
+        for slot, piece in zip(self.slots, self.pieces[1:], strict=True):
+            parts.append(live[slot])
+            parts.append(piece)
+        return current_app.response_class("".join(parts), mimetype="application/json")
+
+
+class StatusCache:
+    def __init__(self, ttl: float, max_entries: int = MAX_RECORDS) -> None:
+        self.entries: InvalidatingCache[str, CachedStatus] = InvalidatingCache(ttl, max_entries)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+async def serve_status(execution_id: str, caller: Caller, chat_url_of: Callable[[str], str]) -> Response:
+    """The status record of the caller's execution (404 for an unknown id or another account's)."""
+    cache = services().status_cache.entries
+    cached = cache.get(execution_id)
+    if cached is None:
+        ticket = cache.ticket()
+        session = db_session()
+        execution = await session.get(Execution, execution_id)
+        if execution is None or execution.user_id != caller.user_id:
+            raise not_found("execution")
+        record, facts = await record_and_facts(session, execution)
+        cached = CachedStatus.of(execution.user_id, record, facts)
+        cache.put(execution_id, cached, ticket)
+    elif cached.user_id != caller.user_id:
+        raise not_found("execution")
+    return cached.response(chat_url_of(execution_id))
+
+
+def listen_for_invalidations(bus: Bus, keys: ApiKeyCache, statuses: StatusCache) -> Listening:
+    """Wire both caches to the bus: events and cache messages invalidate, a listener reset clears, and neither
+    stores anything while the listener cannot hear."""
+
+    def on_message(channel: str, message: dict[str, Any]) -> None:
+        if channel.startswith(EXECUTION_CHANNEL_PREFIX):
+            statuses.entries.invalidate(channel[len(EXECUTION_CHANNEL_PREFIX) :])
+            return
+        for execution_id in message.get("executions") or ():
+            statuses.entries.invalidate(str(execution_id))
+        keys.on_message(message)
+
+    def on_reset() -> None:
+        keys.clear()
+        statuses.clear()
+
+    listening = bus.listen((EXECUTION_CHANNEL_PREFIX, CACHE_CHANNEL), on_message, on_reset)
+    keys.entries.hearing = statuses.entries.hearing = lambda: listening.healthy
+    return listening

@@ -1,0 +1,82 @@
+"""The per-process API-key cache: what authentication needs, keyed by the key's HMAC digest.
+
+Every API request authenticates; without this cache that is one database query before the request does anything.
+An entry holds the key's id, owner (id and e-mail), scopes, expiry and revocation time, keyed by the digest the
+database stores (`core.apikeys.key_digest`), never by the secret itself. Expiry and revocation are still judged
+against the clock on every request (api/auth.py); only the rows are cached.
+
+Staleness contract: anything that revokes a key, changes its scopes or changes/disables/deletes its owner calls
+`core.accounts.invalidate_api_keys_after_commit` in its transaction. After the commit the invalidation goes out
+on the bus (`CACHE_CHANNEL`): the committing process drops the entry before its request answers, every other
+web process one bus hop later. A writer that is not on this bus (the `vouch` CLI beside a running `vouch serve`,
+whose bus is in-process), or a web process that lost Redis, sees the change at most `ttl` seconds late
+(VOUCH_AUTH_CACHE_SECONDS). While a web process's bus listener is down it caches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core import apikeys
+from core.accounts import api_key_and_email_by_digest
+from core.cache import InvalidatingCache
+
+MAX_KEYS = 10_000
+
+
+@dataclass(frozen=True)
+class KnownKey:
+    """What authentication needs of an API key row and its owner."""
+
+    key_id: str
+    user_id: str
+    email: str
+    scopes: frozenset[str]
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    def state(self, now: datetime) -> str:
+        """As core.accounts.key_state: revoked, expired or active, against the clock of this request."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
+
+
+class ApiKeyCache:
+    def __init__(self, ttl: float, max_entries: int = MAX_KEYS) -> None:
+        self.entries: InvalidatingCache[str, KnownKey] = InvalidatingCache(ttl, max_entries)
+
+    async def find(self, secret: str, secret_key: bytes, session: Callable[[], AsyncSession]) -> KnownKey | None:
+        """The key a presented secret names, from the cache or (opening `session()` only then) the database;
+        None for a look-alike or an unknown key (not cached: a key that does not exist is not a hot path)."""
+        if not apikeys.is_well_formed(secret):
+            return None
+        digest = apikeys.key_digest(secret, secret_key)
+        known = self.entries.get(digest)
+        if known is not None:
+            return known
+        ticket = self.entries.ticket()
+        found = await api_key_and_email_by_digest(session(), digest)
+        if found is None:
+            return None
+        key, email = found
+        known = KnownKey(
+            key.id, key.user_id, email, apikeys.effective_scopes(key.scopes), key.expires_at, key.revoked_at
+        )
+        self.entries.put(digest, known, ticket)
+        return known
+
+    def on_message(self, message: dict[str, Any]) -> None:
+        keys, users = set(message.get("apiKeys") or ()), set(message.get("users") or ())
+        if keys or users:
+            self.entries.invalidate_where(lambda _digest, known: known.key_id in keys or known.user_id in users)
+
+    def clear(self) -> None:
+        self.entries.clear()

@@ -1,0 +1,121 @@
+"""A small per-process cache for data the bus says when to forget: LRU-bounded, TTL-bounded, race-safe fills.
+
+The web process caches what every API request would otherwise read from the database (the API key behind a
+bearer token, an execution's status record). Those rows change in other transactions and other processes; each
+change publishes an invalidation on the bus after its commit (core/bus.py `listen`). Three things keep a cached
+value honest:
+
+- **invalidation**: `invalidate(key)` (or `clear()`) when the bus says the rows changed;
+- **tickets**: a fill reads the database, then stores. An invalidation that lands between the read and the store
+  would be lost (the entry did not exist yet to be dropped), so a fill takes a `ticket()` before reading and
+  `put` refuses the value if its key was invalidated (or the cache cleared) since;
+- **age**: every entry is dropped `ttl` seconds after its fill, whatever the bus said: the bound on staleness
+  for a change this process could not hear (another process's bus, a Redis outage, a half-open connection).
+
+`hearing()` is False while the bus listener is not subscribed: nothing is stored then, so a process that cannot
+hear invalidations reads the database every time instead of trusting what it might miss. A TTL of 0 disables
+the cache entirely.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Ticket:
+    generation: int
+
+
+class InvalidatingCache(Generic[K, V]):
+    """Not thread-safe: used from one event loop, where no await separates a read from its write."""
+
+    def __init__(self, ttl: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+        if ttl < 0 or max_entries < 1:
+            raise ValueError("a cache needs ttl >= 0 and max_entries >= 1")
+        self.ttl = ttl
+        self.max_entries = max_entries
+        # Whether invalidations reach this process now (the bus listener's health); set by whoever wires it.
+        self.hearing: Callable[[], bool] = lambda: True
+        self._clock = clock
+        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+        # Bumped by every invalidation; a ticket older than a key's last invalidation cannot store it.
+        self._generation = 0
+        self._cleared_at = 0
+        # Only keys invalidated while a fill of them may be in flight need remembering; bounded below.
+        self._invalidated_at: OrderedDict[K, int] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def active(self) -> bool:
+        return self.ttl > 0 and self.hearing()
+
+    def get(self, key: K) -> V | None:
+        found = self._entries.get(key)
+        if found is None:
+            self.misses += 1
+            return None
+        expires, value = found
+        if self._clock() >= expires:
+            del self._entries[key]
+            self.misses += 1
+            return None
+        self._entries.move_to_end(key)
+        self.hits += 1
+        return value
+
+    def ticket(self) -> Ticket:
+        """Take before reading what `put` will store."""
+        return Ticket(self._generation)
+
+    def put(self, key: K, value: V, ticket: Ticket) -> bool:
+        """Store `value` unless the cache is off or `key` was invalidated since `ticket`; True if stored."""
+        if not self.active or ticket.generation < self._cleared_at:
+            return False
+        if self._invalidated_at.get(key, -1) > ticket.generation:
+            return False
+        self._entries[key] = (self._clock() + self.ttl, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return True
+
+    def invalidate(self, key: K) -> None:
+        self._entries.pop(key, None)
+        self._generation += 1
+        self._invalidated_at[key] = self._generation
+        self._invalidated_at.move_to_end(key)
+        # A fill's read takes milliseconds; once this many later invalidations have happened, forgetting the
+        # oldest costs at most one fill's refusal being missed for a key invalidated that long ago. To stay
+        # exact anyway, a forgotten key raises the floor every older ticket must clear.
+        while len(self._invalidated_at) > 4 * self.max_entries:
+            _, generation = self._invalidated_at.popitem(last=False)
+            self._cleared_at = max(self._cleared_at, generation)
+
+    def invalidate_where(self, matches: Callable[[K, V], bool]) -> int:
+        """Invalidate every entry whose key and value match (e.g. all keys of one owner); how many."""
+        doomed = [key for key, (_, value) in self._entries.items() if matches(key, value)]
+        for key in doomed:
+            self.invalidate(key)
+        # Entries not cached now may be being filled: those fills must not store what they read either.
+        self._generation += 1
+        self._cleared_at = self._generation
+        return len(doomed)
+
+    def clear(self) -> None:
+        """Forget everything, and refuse every fill that started before now."""
+        self._entries.clear()
+        self._invalidated_at.clear()
+        self._generation += 1
+        self._cleared_at = self._generation
+
+    def __len__(self) -> int:
+        return len(self._entries)
