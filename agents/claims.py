@@ -13,7 +13,7 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from core.db import Database
-from core.events import append_event
+from core.events import add_numbered_events
 from core.models import EXECUTIONS, UTCDateTime, utcnow
 
 RUNNABLE = ("queued", "running")
@@ -59,8 +59,9 @@ def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
             lease_until=sa.bindparam("claimed_until"),
             lease_epoch=columns.lease_epoch + 1,
             started_at=sa.func.coalesce(columns.started_at, sa.bindparam("now", type_=UTCDateTime())),
+            last_seq=columns.last_seq + 1,  # the seq of the claim's own event
         )
-        .returning(columns.id, columns.lease_epoch)
+        .returning(columns.id, columns.lease_epoch, columns.last_seq)
     )
 
 
@@ -80,7 +81,6 @@ _CLAIM_OLDEST = {
     "sqlite": _claiming(EXECUTIONS.c.id == _OLDEST.scalar_subquery()),
     "postgresql": _claiming(EXECUTIONS.c.id == _OLDEST.with_for_update(skip_locked=True).scalar_subquery()),
 }
-_SELECT_1 = sa.text("SELECT 1")
 
 
 async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_id: str | None) -> Claim | None:
@@ -88,7 +88,7 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         if db.dialect == "sqlite":
             # BEGIN IMMEDIATE may have waited for another writer: read the clock once the lock is
             # ours, or an execution created meanwhile would look started before it was created.
-            await session.execute(_SELECT_1)
+            await session.connection()  # begins: BEGIN IMMEDIATE, after the in-process writers' queue
         now = utcnow()
         parameters = {"now": now, "claimant": worker_id, "claimed_until": now + timedelta(seconds=lease_seconds)}
         if execution_id is not None:
@@ -101,5 +101,5 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         claim = Claim(row[0], row[1])
         # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
         started = "execution.started" if claim.epoch == 1 else "execution.resumed"
-        await append_event(session, claim.execution_id, started, {"worker": worker_id})
+        await add_numbered_events(session, claim.execution_id, row[2], [(started, {"worker": worker_id})])
     return claim

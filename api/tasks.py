@@ -18,7 +18,7 @@ from api.services import db_session, services
 from api.status_cache import serve_status
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
-from core.events import append_event
+from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
 from core.models import CHECKPOINTS, EXECUTIONS, Execution, utcnow
@@ -79,7 +79,7 @@ async def create_execution(
         agent_model=agent_model,
         status="queued",
         created_at=now,
-        last_seq=0,
+        last_seq=1,  # `execution.created`, below
         lease_epoch=0,
     )
     # Core inserts: the ORM's unit of work costs more than the statements, on the path every create takes. The
@@ -109,18 +109,14 @@ async def create_execution(
                 for position, (stage, description, question, origin) in enumerate(planned)
             ],
         )
-    await append_event(
-        session,
-        execution.id,
-        "execution.created",
-        {
-            "taskName": task.taskName,
-            "taskDescription": task.taskDescription,
-            "testMode": task.testMode,
-            "assignedReviewer": task.assignedReviewer,
-            "checkpointCount": checkpoint_count(task),
-        },
-    )
+    created = {
+        "taskName": task.taskName,
+        "taskDescription": task.taskDescription,
+        "testMode": task.testMode,
+        "assignedReviewer": task.assignedReviewer,
+        "checkpointCount": checkpoint_count(task),
+    }
+    await add_numbered_events(session, execution.id, 1, [("execution.created", created)])
     publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution.id})
     return execution
 

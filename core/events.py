@@ -99,26 +99,45 @@ async def append_events(
 
     When the allocation's conditions match no row, nothing is added and the answer is None.
     """
-    now = utcnow()
     bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
-    if session.get_bind().dialect.name == "postgresql":
-        # One statement, one round trip: the allocation and the rows together.
-        for n, (type_, payload) in enumerate(items):
-            bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
-        seqs = (await session.execute(_allocate_and_insert(allocation, len(items)), {**bound, "at": now})).scalars()
-        first = min(seqs, default=None)
-    else:
+    if session.get_bind().dialect.name != "postgresql":
         allocated = (await session.execute(allocation, bound)).scalar_one_or_none()
-        first = None if allocated is None else allocated - len(items) + 1
+        if allocated is None:
+            return None
+        return await add_numbered_events(session, execution_id, allocated - len(items) + 1, items)
+    # One statement, one round trip: the allocation and the rows together.
+    now = utcnow()
+    for n, (type_, payload) in enumerate(items):
+        bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
+    seqs = (await session.execute(_allocate_and_insert(allocation, len(items)), {**bound, "at": now})).scalars()
+    first = min(seqs, default=None)
     if first is None:
         return None
-    rows = [
+    return await _announce(session, _rows(execution_id, first, items, now))
+
+
+async def add_numbered_events(
+    session: AsyncSession, execution_id: str, first: int, items: Sequence[tuple[str, dict[str, Any]]]
+) -> list[Event]:
+    """Add events whose seqs the caller has already taken from `executions.last_seq` in its own statement
+    (a claim's UPDATE, a new execution's INSERT), `first` onwards: one statement fewer than `append_events`."""
+    rows = _rows(execution_id, first, items, utcnow())
+    # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
+    await session.execute(_INSERT_EVENTS, rows)
+    return await _announce(session, rows)
+
+
+def _rows(
+    execution_id: str, first: int, items: Sequence[tuple[str, dict[str, Any]]], now: datetime
+) -> list[dict[str, Any]]:
+    return [
         {"execution_id": execution_id, "seq": first + n, "type": type_, "payload": payload, "created_at": now}
         for n, (type_, payload) in enumerate(items)
     ]
-    if session.get_bind().dialect.name != "postgresql":
-        # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
-        await session.execute(_INSERT_EVENTS, rows)
+
+
+async def _announce(session: AsyncSession, rows: list[dict[str, Any]]) -> list[Event]:
+    """Queue the webhooks the events call for, and their publishing after commit."""
     # The Event objects handed back are values (no ids), never added to the session.
     events = [Event(**row) for row in rows]
     for event in events:
@@ -126,7 +145,7 @@ async def append_events(
             # The webhook outbox row commits with the event (and the final state beside it), or neither does.
             await enqueue_for_event(session, event)
         message = event_message(event)
-        publish_after_commit(session, execution_channel(execution_id), message)
+        publish_after_commit(session, execution_channel(event.execution_id), message)
         event_after_commit(session, message)
     return events
 
