@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import functools
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from agents.http_tool import HttpRequest
 from agents.tool_base import Tool, ToolContext, ToolFailed, schema
+from core.db import insert_for
 from core.mail import enqueue_mail
 from core.models import ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
@@ -59,7 +59,7 @@ class SendEmail(Tool):
 @functools.cache
 def _file_upsert(dialect: str) -> sa.Executable:
     """Write a workspace file, replacing it if it exists: one statement, built once (an agent writes many)."""
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(cast(sa.Table, WorkspaceFile.__table__))
+    insert = insert_for(dialect, WorkspaceFile.__table__)
     return insert.on_conflict_do_update(
         index_elements=["execution_id", "path"],
         set_={"content": insert.excluded.content, "updated_at": insert.excluded.updated_at},

@@ -8,12 +8,13 @@ from functools import wraps
 from typing import ParamSpec, TypeVar
 
 from quart import g, request
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.problems import ApiError, unauthorized
+from api.problems import ApiError, not_found, unauthorized
 from api.ratelimit_http import charge_request
 from api.services import db_session, services
 from core import apikeys
-from core.models import utcnow
+from core.models import Execution, utcnow
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,3 +81,11 @@ def require_scope(scope: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[
         return guarded
 
     return decorate
+
+
+async def owned_execution(session: AsyncSession, execution_id: str, caller: Caller) -> Execution:
+    """The caller's execution; another user's id is indistinguishable from an unknown one."""
+    execution = await session.get(Execution, execution_id)
+    if execution is None or execution.user_id != caller.user_id:
+        raise not_found("execution")
+    return execution

@@ -15,14 +15,14 @@ from quart import Blueprint, request
 from sqlalchemy.ext.asyncio import AsyncSession
 from werkzeug.datastructures import MultiDict
 
-from api.auth import current_caller, require_scope
+from api.auth import current_caller, owned_execution, require_scope
 from api.cursors import Position, decode_cursor, encode_cursor
 from api.problems import ApiError
 from api.schemas import REVIEWER_REQUIRED, ExecutionPatchIn, parse_body, reviewer_required
 from api.services import db_session, services
 from api.status import status_record
 from api.status_cache import invalidate_status_after_commit
-from api.tasks import execution_chat_url, json_body, owned_execution
+from api.tasks import execution_chat_url, json_body
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
 from core.events import append_event, isoformat

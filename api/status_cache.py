@@ -35,7 +35,7 @@ from typing import Any
 
 from quart import Response, current_app
 
-from api.auth import Caller
+from api.auth import Caller, owned_execution
 from api.problems import not_found
 from api.services import db_session, services
 from api.status import record_and_facts
@@ -43,7 +43,7 @@ from core.auth_cache import ApiKeyCache
 from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
 from core.cache import InvalidatingCache
 from core.metrics import FINAL_STATUSES, RunFacts, metrics_of
-from core.models import Execution, utcnow
+from core.models import utcnow
 from core.webhooks import invalidate_status_after_commit
 
 __all__ = ["StatusCache", "invalidate_status_after_commit", "listen_for_invalidations", "serve_status"]
@@ -132,9 +132,7 @@ async def serve_status(execution_id: str, caller: Caller, chat_url_of: Callable[
     if cached is None:
         ticket = cache.ticket()
         session = db_session()
-        execution = await session.get(Execution, execution_id)
-        if execution is None or execution.user_id != caller.user_id:
-            raise not_found("execution")
+        execution = await owned_execution(session, execution_id, caller)
         record, facts = await record_and_facts(session, execution)
         cached = CachedStatus.of(execution.user_id, record, facts)
         cache.put(execution_id, cached, ticket)

@@ -12,7 +12,7 @@ from agents.policy import detect_side_effects
 from api.auth import Caller, current_caller, require_scope
 from api.concurrency import ensure_execution_slot
 from api.idempotency import idempotent
-from api.problems import ApiError, not_found
+from api.problems import ApiError
 from api.schemas import CreateTaskIn, parse_body
 from api.services import db_session, services
 from api.status_cache import serve_status
@@ -114,7 +114,7 @@ async def create_execution(
         "taskDescription": task.taskDescription,
         "testMode": task.testMode,
         "assignedReviewer": task.assignedReviewer,
-        "checkpointCount": checkpoint_count(task),
+        "checkpointCount": len(planned),
     }
     await add_numbered_events(session, execution.id, 1, [("execution.created", created)])
     publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution.id})
@@ -144,14 +144,6 @@ async def create_task() -> tuple[dict[str, Any], int, dict[str, str]]:
         201,
         {"Location": f"{base_url()}/api/eval/status/{execution.id}"},
     )
-
-
-async def owned_execution(session: AsyncSession, execution_id: str, caller: Caller) -> Execution:
-    """The caller's execution; another user's id is indistinguishable from an unknown one."""
-    execution = await session.get(Execution, execution_id)
-    if execution is None or execution.user_id != caller.user_id:
-        raise not_found("execution")
-    return execution
 
 
 @blueprint.get("/status/<execution_id>")

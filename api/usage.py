@@ -18,10 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.db import Database
+from core.db import Database, insert_for
 from core.models import ApiKey, ApiKeyUsage
 
 log = logging.getLogger(__name__)
@@ -117,7 +116,7 @@ async def _write(session: AsyncSession, dialect: str, batch: dict[str, _Tally]) 
             last_used_at=sa.case((newer, at), else_=keys.c.last_used_at),
         )
     )
-    insert = postgresql.insert(usage) if dialect == "postgresql" else sqlite.insert(usage)
+    insert = insert_for(dialect, usage)
     upsert = insert.on_conflict_do_update(
         index_elements=[usage.c.api_key_id, usage.c.day], set_={"count": usage.c.count + insert.excluded.count}
     )

@@ -6,10 +6,9 @@ from typing import Any
 
 from quart import Blueprint
 
-from api.auth import current_caller, require_scope
+from api.auth import current_caller, owned_execution, require_scope
 from api.problems import ApiError, not_found
 from api.services import db_session
-from api.tasks import owned_execution
 from core.webhooks import RedeliveryRefused, redeliver
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/eval/executions")

@@ -18,7 +18,6 @@ watcher that misses a message finds the gap by `seq` and asks the database for i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import types
 import weakref
@@ -30,6 +29,8 @@ import socketio
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
 from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
 from socketio import packet as sio_packet
+
+from core.bus import SentInOrder
 
 log = logging.getLogger(__name__)
 
@@ -267,17 +268,13 @@ class WorkerEmitter:
     def __init__(self, redis_url: str) -> None:
         self.manager = socketio.AsyncRedisManager(redis_url, write_only=True)
         self._room_sink = RoomSink(self.manager)
-        self._outgoing: deque[dict[str, Any]] = deque()
-        self._sending: asyncio.Task[None] | None = None
+        self._outgoing: SentInOrder[dict[str, Any]] = SentInOrder(self._send, "chat-emitter")
 
     async def sink(self, message: dict[str, Any]) -> None:
-        self._outgoing.append(message)
-        if self._sending is None or self._sending.done():
-            self._sending = asyncio.create_task(self._send(), name="chat-emitter")
+        self._outgoing.put(message)
 
-    async def _send(self) -> None:
-        while self._outgoing:
-            message = self._outgoing.popleft()
+    async def _send(self, batch: list[dict[str, Any]]) -> None:
+        for message in batch:
             try:
                 await self._room_sink(message)
             except Exception:
@@ -285,9 +282,7 @@ class WorkerEmitter:
                             exc_info=True)
 
     async def close(self) -> None:
-        if self._sending is not None and not self._sending.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._sending), 5.0)
+        await self._outgoing.flush(5.0)
         redis = getattr(self.manager, "redis", None)
         if redis is not None:
             await redis.aclose()

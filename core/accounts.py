@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from typing import Protocol
 
 import sqlalchemy as sa
 from argon2 import PasswordHasher
@@ -78,7 +79,17 @@ def key_is_active(key: ApiKey, now: datetime) -> bool:
     return key.revoked_at is None and (key.expires_at is None or key.expires_at > now)
 
 
-def key_state(key: ApiKey, now: datetime) -> str:
+class KeyValidity(Protocol):
+    """What a key's state is judged by: a stored key, or its cached copy (core/auth_cache.py)."""
+
+    @property
+    def revoked_at(self) -> datetime | None: ...
+
+    @property
+    def expires_at(self) -> datetime | None: ...
+
+
+def key_state(key: KeyValidity, now: datetime) -> str:
     if key.revoked_at is not None:
         return "revoked"
     if key.expires_at is not None and key.expires_at <= now:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import apikeys
-from core.accounts import api_key_and_email_by_digest
+from core.accounts import api_key_and_email_by_digest, key_state
 from core.cache import InvalidatingCache
 
 MAX_KEYS = 10_000
@@ -41,12 +41,8 @@ class KnownKey:
     revoked_at: datetime | None
 
     def state(self, now: datetime) -> str:
-        """As core.accounts.key_state: revoked, expired or active, against the clock of this request."""
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
+        """Revoked, expired or active, against the clock of this request."""
+        return key_state(self, now)
 
 
 class ApiKeyCache:

@@ -11,9 +11,9 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -189,6 +189,37 @@ class _RedisSubscription:
                 return None
 
 
+T = TypeVar("T")
+
+
+class SentInOrder(Generic[T]):
+    """Items handed over now and sent later, in order, by a task of its own: what was put while a send was under
+    way leaves, as one batch, with the next. Whoever puts never waits; `send_batch` handles its own failures."""
+
+    def __init__(self, send_batch: Callable[[list[T]], Awaitable[None]], name: str) -> None:
+        self._send_batch = send_batch
+        self._name = name
+        self._waiting: list[T] = []
+        self._sending: asyncio.Task[None] | None = None
+
+    def put(self, item: T) -> None:
+        self._waiting.append(item)
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.create_task(self._send(), name=self._name)
+
+    async def _send(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            await self._send_batch(batch)
+
+    async def flush(self, timeout: float) -> None:
+        """Wait, at most `timeout` seconds, until what was put so far has been sent (or failed to be)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._sending is not None and not self._sending.done():
+                    await asyncio.wait({self._sending})
+
+
 class RedisBus:
     """For many processes on many machines."""
 
@@ -197,8 +228,7 @@ class RedisBus:
         self._redis = aioredis.Redis.from_url(url)
         self._listeners: list[_LocalListener] = []
         self._listenings: list[RedisListening] = []
-        self._outgoing: list[tuple[str, str]] = []
-        self._sending: asyncio.Task[None] | None = None
+        self._outgoing = SentInOrder(self._send, "bus-publisher")
 
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
         """Heard in this process before this returns; sent to Redis, in order, by a task of its own.
@@ -209,26 +239,17 @@ class RedisBus:
         """
         # Other processes hear it through Redis (and this one a second time, harmlessly).
         _notify(self._listeners, channel, message)
-        self._outgoing.append((channel, json.dumps(message, separators=(",", ":"))))
-        if self._sending is None or self._sending.done():
-            self._sending = asyncio.create_task(self._send(), name="bus-publisher")
+        self._outgoing.put((channel, json.dumps(message, separators=(",", ":"))))
 
-    async def _send(self) -> None:
-        while self._outgoing:
-            batch, self._outgoing = self._outgoing, []
-            try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for channel, payload in batch:
-                        pipe.publish(channel, payload)
-                    await pipe.execute()
-            except (RedisError, OSError):
-                # The rows are committed: a lost message costs latency (the poll catches up).
-                log.warning("publishing %d bus message(s) to Redis failed", len(batch), exc_info=True)
-
-    async def flush(self) -> None:
-        """Wait until what was published so far has been handed to Redis (or failed to be)."""
-        while self._sending is not None and not self._sending.done():
-            await asyncio.wait({self._sending})
+    async def _send(self, batch: list[tuple[str, str]]) -> None:
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for channel, payload in batch:
+                    pipe.publish(channel, payload)
+                await pipe.execute()
+        except (RedisError, OSError):
+            # The rows are committed: a lost message costs latency (the poll catches up).
+            log.warning("publishing %d bus message(s) to Redis failed", len(batch), exc_info=True)
 
     def listen(
         self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
@@ -252,8 +273,7 @@ class RedisBus:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.flush(), 5.0)
+        await self._outgoing.flush(5.0)
         for listening in self._listenings:
             await listening.stop()
         self._listenings.clear()

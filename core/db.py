@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event, exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -64,6 +65,11 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
 
     event.listen(pool, "checkin", returned)
     event.listen(pool, "checkout", handed_out)
+
+
+def insert_for(dialect: str, table: Any) -> sqlite.Insert | postgresql.Insert:
+    """An INSERT in this dialect's own form, for its ON CONFLICT clause (SQLite and PostgreSQL spell it alike)."""
+    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
 
 
 def publish_after_commit(session: AsyncSession, channel: str, message: dict[str, Any]) -> None:

@@ -24,6 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 from sqlalchemy.util import await_only
 
+# How long a writer waits for another process's write lock, in SQLite's busy handler.
+_BUSY_SECONDS = 30.0
+_BUSY_TIMEOUT = f"busy_timeout={int(_BUSY_SECONDS * 1000)}"
+
 
 def _pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     # Let SQLAlchemy's "begin" hook below issue BEGIN itself, instead of pysqlite guessing.
@@ -32,7 +36,7 @@ def _pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     for pragma in (
         "journal_mode=WAL",
         "synchronous=NORMAL",
-        "busy_timeout=30000",
+        _BUSY_TIMEOUT,
         "foreign_keys=ON",
     ):
         cursor.execute(f"PRAGMA {pragma}")
@@ -41,7 +45,6 @@ def _pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
 
 _WRITING = "vouch_sqlite_writer"
 _INLINE = "vouch_sqlite_inline"
-_BUSY_SECONDS = 30.0
 
 
 class _Writers:
@@ -160,7 +163,7 @@ class _LoopConnection(aiosqlite.Connection):
             self.inline = True
             return
         finally:
-            connection.execute(f"PRAGMA busy_timeout={int(_BUSY_SECONDS * 1000)}")
+            connection.execute(f"PRAGMA {_BUSY_TIMEOUT}")
         await super()._execute(connection.execute, "BEGIN IMMEDIATE")  # type: ignore[no-untyped-call]
         self.inline = True
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.db import insert_for
 from core.models import WebhookSecret, utcnow
 
 PREFIX = "whsec_"
@@ -67,7 +67,7 @@ async def rotate_secret(
     # Make sure the row exists (generation 1 is implicit until the first rotation), then move it forward
     # with one conditional UPDATE, so two rotations at once each advance it exactly one step.
     dialect = session.get_bind().dialect.name
-    insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(WebhookSecret)
+    insert = insert_for(dialect, WebhookSecret)
     await session.execute(
         insert.values(user_id=user_id, generation=1).on_conflict_do_nothing(index_elements=["user_id"])
     )
