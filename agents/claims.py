@@ -7,14 +7,16 @@ BEGIN IMMEDIATE, so a single UPDATE … RETURNING is atomic there.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
-from core.db import Database
-from core.events import add_numbered_events
-from core.models import EXECUTIONS, UTCDateTime, utcnow
+from core.db import Database, one_of
+from core.events import add_numbered_events, announce_events
+from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
 
 RUNNABLE = ("queued", "running")
 
@@ -68,7 +70,7 @@ def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
 def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
     columns = EXECUTIONS.c
     return (
-        columns.status.in_(RUNNABLE),
+        one_of(columns.status, RUNNABLE),
         sa.or_(columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())),
     )
 
@@ -83,6 +85,24 @@ _CLAIM_OLDEST = {
 }
 
 
+@functools.cache
+def _claiming_with_event(claiming: sa.Update) -> sa.Select[Any]:
+    """PostgreSQL: `claiming` and the claim's event (`execution.started` at the first epoch, else
+    `execution.resumed`; payload `claim_payload`) in one statement, a data-modifying CTE. Returns as `claiming`."""
+    claimed = claiming.cte("claimed")
+    started = sa.case((claimed.c.lease_epoch == 1, "execution.started"), else_="execution.resumed")
+    event = sa.select(
+        claimed.c.id,
+        claimed.c.last_seq,
+        started,
+        sa.bindparam("claim_payload", type_=EVENTS.c.payload.type),
+        sa.bindparam("now", type_=UTCDateTime()),
+    )
+    columns = ["execution_id", "seq", "type", "payload", "created_at"]
+    logged = sa.insert(EVENTS).from_select(columns, event).cte("logged")
+    return sa.select(claimed.c.id, claimed.c.lease_epoch, claimed.c.last_seq).add_cte(logged)
+
+
 async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_id: str | None) -> Claim | None:
     async with db.transaction() as session:
         if db.dialect == "sqlite":
@@ -95,11 +115,18 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
             claiming, parameters["wanted"] = _CLAIM_BY_ID, execution_id
         else:
             claiming = _CLAIM_OLDEST[db.dialect]
-        row = (await session.execute(claiming, parameters)).first()
+        # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
+        payload = {"worker": worker_id}
+        statement: sa.Executable = claiming
+        if db.dialect == "postgresql":
+            statement, parameters["claim_payload"] = _claiming_with_event(claiming), payload
+        row = (await session.execute(statement, parameters)).first()
         if row is None:
             return None
         claim = Claim(row[0], row[1])
-        # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
-        started = "execution.started" if claim.epoch == 1 else "execution.resumed"
-        await add_numbered_events(session, claim.execution_id, row[2], [(started, {"worker": worker_id})])
+        started = [("execution.started" if claim.epoch == 1 else "execution.resumed", payload)]
+        if db.dialect == "postgresql":
+            await announce_events(session, claim.execution_id, row[2], started, now)
+        else:
+            await add_numbered_events(session, claim.execution_id, row[2], started)
     return claim

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from agents.runner import ExecutionRunner
 
 
-_INSERT_CALL = sa.insert(cast(sa.Table, ToolCall.__table__))
+TOOL_CALLS = cast(sa.Table, ToolCall.__table__)
 # A step's seqs, its claim's fence, the lease's renewal and the agent's progress: one statement.
 _FENCED_STEP = seq_allocation(
     *CLAIM_HOLDS, lease_until=sa.bindparam("renewed_until"), agent_state=sa.bindparam("saved_state")
@@ -162,28 +162,26 @@ async def run_in_place(
 ) -> dict[str, Any]:
     """A whole step of a tool that works only in our database, in the caller's transaction: the call's row
     is written finished, and its events take their seqs in the statement that fences the claim, renews the
-    lease and saves the agent's progress. Its effect, result and progress commit together or not at all."""
+    lease and saves the agent's progress (on PostgreSQL that statement also inserts the events and the call's
+    row). Its effect, result and progress commit together or not at all."""
     tool = TOOLS[step.tool]
     call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
     ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
     result, error = await _record(tool, ctx, step.args, None)
     elapsed = time.perf_counter() - began
-    await session.execute(
-        _INSERT_CALL,
-        {
-            "id": call_id,
-            "execution_id": runner.execution_id,
-            "step_index": step.index,
-            "tool": step.tool,
-            "args": step.args,
-            "provider_call_id": step.provider_call_id,
-            "status": "failed" if error else "succeeded",
-            "result": result,
-            "error": error,
-            "started_at": started,
-            "finished_at": utcnow(),
-        },
-    )
+    call = {
+        "id": call_id,
+        "execution_id": runner.execution_id,
+        "step_index": step.index,
+        "tool": step.tool,
+        "args": step.args,
+        "provider_call_id": step.provider_call_id,
+        "status": "failed" if error else "succeeded",
+        "result": result,
+        "error": error,
+        "started_at": started,
+        "finished_at": utcnow(),
+    }
     answer = _answer(result, error)
     after(answer)
     runner.spend(state, seconds=elapsed)
@@ -198,6 +196,7 @@ async def run_in_place(
         events,
         allocation=_FENCED_STEP,
         parameters={**runner.fenced(), "saved_state": dict(state)},
+        companion=(TOOL_CALLS, call),
     )
     if added is None:
         raise LeaseLost(runner.execution_id)

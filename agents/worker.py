@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import socket
+from typing import Any
 
 from agents.claims import claim_execution, claim_next
 from agents.providers import ModelRegistry
@@ -55,10 +56,8 @@ class Worker:
         inbound = InboundListener(self.settings, self.db) if self.settings.inbound_smtp else None
         if inbound is not None:
             await inbound.start()
-        helpers = [
-            asyncio.create_task(self._listen_for_wakeups()),
-            asyncio.create_task(run_review_timers(self.db, self.settings, stop)),
-        ]
+        wakeups = self.db.bus.listen((WAKE_CHANNEL,), self._woken, self._missed)
+        helpers = [asyncio.create_task(run_review_timers(self.db, self.settings, stop))]
         # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
         helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))
         if self.settings.smtp_url:
@@ -84,6 +83,7 @@ class Worker:
             for task in helpers:
                 self.db.stop(task)
             await asyncio.gather(*self._running, *helpers, stopper, return_exceptions=True)
+            await wakeups.stop()
             if inbound is not None:
                 await inbound.stop()
             await self.models.aclose()
@@ -127,27 +127,24 @@ class Worker:
         if self._named or self._search:  # waiting for room
             self._kick.set()
 
-    async def _listen_for_wakeups(self) -> None:
-        while True:
-            try:
-                async with self.db.bus.subscribe(WAKE_CHANNEL) as wake:
-                    while True:
-                        message = await wake.get(timeout=None)
-                        if message is None:
-                            continue
-                        execution_id = str(message.get("executionId"))
-                        if message.get("cancelled"):
-                            # The cancel is committed; the run stops now rather than at its next step.
-                            run = self._runs.get(execution_id)
-                            if run is not None:
-                                run.cancel()
-                        elif message.get("executionId"):
-                            self._wanted(execution_id)
-                        else:
-                            self._search = True
-                            self._kick.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("wake-up subscription failed; polling until it is back")
-                await asyncio.sleep(self.settings.worker_poll_seconds)
+    def _woken(self, channel: str, message: dict[str, Any]) -> None:
+        """A wake-up, heard as it is published (in this process) or as it arrives from Redis: a listener
+        rather than a task reading a queue, so the claim starts one hop after the commit that asked for it."""
+        if channel != WAKE_CHANNEL:
+            return
+        execution_id = message.get("executionId")
+        if message.get("cancelled"):
+            # The cancel is committed; the run stops now rather than at its next step.
+            run = self._runs.get(str(execution_id))
+            if run is not None:
+                run.cancel()
+        elif execution_id:
+            if str(execution_id) not in self._runs:  # heard twice (here and back from Redis): claimed once
+                self._wanted(str(execution_id))
+        else:
+            self._missed()
+
+    def _missed(self) -> None:
+        """Wake-ups may have been lost (the bus reconnected, or a wake-up named nothing): search instead."""
+        self._search = True
+        self._kick.set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -10,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.policy import detect_side_effects
 from api.auth import Caller, current_caller, require_scope
-from api.concurrency import ensure_execution_slot
+from api.concurrency import SLOT_FREE, no_free_slot, serialise_creates
 from api.idempotency import idempotent
 from api.problems import ApiError
 from api.schemas import CreateTaskIn, parse_body
@@ -18,10 +19,10 @@ from api.services import db_session, services
 from api.status_cache import serve_status
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
-from core.events import add_numbered_events
+from core.events import add_numbered_events, announce_events
 from core.ids import new_id
 from core.links import chat_url
-from core.models import CHECKPOINTS, EXECUTIONS, Execution, utcnow
+from core.models import CHECKPOINTS, EVENTS, EXECUTIONS, Execution, utcnow
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/eval")
 
@@ -53,13 +54,49 @@ def checkpoint_count(task: CreateTaskIn) -> int:
     return len(task.checkpoints) + len(detected)
 
 
+_CREATED_COLUMNS = (
+    "id", "user_id", "api_key_id", "task_name", "task_description", "test_mode", "assigned_reviewer", "webhook_url",
+    "webhook_events", "max_revisions", "backup_reviewer", "review_deadline_seconds", "on_deadline",
+    "auto_detect_checkpoints", "agent_model", "status", "created_at", "last_seq", "lease_epoch",
+)  # fmt: skip
+
+
+@functools.cache
+def _creating(dialect: str, limited: bool) -> sa.Insert:
+    """The new execution's INSERT … RETURNING, built once: parameters as its columns, plus `key_id` and
+    `slot_limit` when `limited` (a free slot is its condition: api/concurrency.py). On PostgreSQL its
+    `execution.created` event (`event_type`, `event_payload`) is inserted by the same statement, a
+    data-modifying CTE: one round trip fewer on the path every create takes."""
+    columns = EXECUTIONS.c
+    values = sa.select(*(sa.bindparam(name, type_=columns[name].type) for name in _CREATED_COLUMNS))
+    if limited:
+        values = values.where(SLOT_FREE)
+    insert = sa.insert(EXECUTIONS).from_select(_CREATED_COLUMNS, values).returning(columns.id)
+    if dialect != "postgresql":
+        return insert
+    created = insert.cte("created")
+    event = sa.select(
+        created.c.id,
+        sa.literal(1, sa.Integer()),
+        sa.bindparam("event_type", type_=EVENTS.c.type.type),
+        sa.bindparam("event_payload", type_=EVENTS.c.payload.type),
+        sa.bindparam("created_at", type_=columns.created_at.type),
+    ).select_from(created)
+    return (
+        sa.insert(EVENTS)
+        .from_select(["execution_id", "seq", "type", "payload", "created_at"], event)
+        .returning(EVENTS.c.execution_id)
+    )
+
+
 async def create_execution(
     session: AsyncSession, caller: Caller, task: CreateTaskIn, agent_model: str, *, concurrency_limit: int | None = None
 ) -> Execution:
     """Insert a queued execution; with `concurrency_limit`, refuse (429) when the key has that many in progress."""
-    if concurrency_limit is not None:
+    limited = concurrency_limit is not None
+    if limited:
         # In the transaction that inserts, so that parallel creates of one key cannot all pass (api/concurrency.py).
-        await ensure_execution_slot(session, caller.key_id, concurrency_limit)
+        await serialise_creates(session, caller.key_id)
     now = utcnow()
     row: dict[str, Any] = dict(
         id=new_id("exe"),
@@ -82,22 +119,42 @@ async def create_execution(
         last_seq=1,  # `execution.created`, below
         lease_epoch=0,
     )
-    # Core inserts: the ORM's unit of work costs more than the statements, on the path every create takes. The
-    # Execution handed back is a value, never added to the session.
-    await session.execute(sa.insert(EXECUTIONS), row)
-    execution = Execution(**row)
     # The side effects the description names get checkpoints of their own, after the caller's (agents.policy).
     detected = detect_side_effects(task.taskDescription) if task.autoDetectCheckpoints else []
     planned = [(cp.stage, cp.description, cp.verificationQuestion, "caller") for cp in task.checkpoints] + [
         (effect.stage, effect.description, effect.question, "auto") for effect in detected
     ]
+    created = [
+        (
+            "execution.created",
+            {
+                "taskName": task.taskName,
+                "taskDescription": task.taskDescription,
+                "testMode": task.testMode,
+                "assignedReviewer": task.assignedReviewer,
+                "checkpointCount": len(planned),
+            },
+        )
+    ]
+    dialect = session.get_bind().dialect.name
+    parameters = {**row, "key_id": caller.key_id, "slot_limit": concurrency_limit}
+    if dialect == "postgresql":
+        parameters.update(event_type=created[0][0], event_payload=created[0][1])
+    # Core, built once: the ORM's unit of work costs more than the statements, on the path every create takes.
+    if (await session.execute(_creating(dialect, limited), parameters)).first() is None:
+        assert concurrency_limit is not None  # only the slot condition can refuse the row
+        raise await no_free_slot(session, caller.key_id, concurrency_limit)
+    if dialect == "postgresql":
+        await announce_events(session, row["id"], 1, created, now)
+    else:
+        await add_numbered_events(session, row["id"], 1, created)
     if planned:
         await session.execute(
             sa.insert(CHECKPOINTS),
             [
                 {
                     "id": new_id("chk"),
-                    "execution_id": execution.id,
+                    "execution_id": row["id"],
                     "position": position,
                     "stage": stage,
                     "description": description,
@@ -109,16 +166,9 @@ async def create_execution(
                 for position, (stage, description, question, origin) in enumerate(planned)
             ],
         )
-    created = {
-        "taskName": task.taskName,
-        "taskDescription": task.taskDescription,
-        "testMode": task.testMode,
-        "assignedReviewer": task.assignedReviewer,
-        "checkpointCount": len(planned),
-    }
-    await add_numbered_events(session, execution.id, 1, [("execution.created", created)])
-    publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution.id})
-    return execution
+    publish_after_commit(session, WAKE_CHANNEL, {"executionId": row["id"]})
+    # A value, never added to the session.
+    return Execution(**row)
 
 
 @blueprint.post("/create-task-agent")

@@ -25,9 +25,11 @@ from collections import deque
 from collections.abc import Coroutine, Generator
 from typing import Any, Protocol
 
+import redis.asyncio as aioredis
 import socketio
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
 from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
+from redis.exceptions import RedisError
 from socketio import packet as sio_packet
 
 from core.bus import SentInOrder
@@ -56,6 +58,65 @@ class RoomSink:
 
     async def __call__(self, message: dict[str, Any]) -> None:
         await self._emitter.emit(EVENT, message, namespace=NAMESPACE, room=room_of(message["executionId"]))
+
+
+class QueuedRoomSink:
+    """The event sink of a process whose Socket.IO manager is shared through Redis (a web process with Redis, or
+    a worker's write-only manager): emits leave in order from a task of its own, each batch as one pipelined
+    write to Redis. A commit then waits for no Redis round trip, and an agent step's events cost one socket write,
+    not one round trip each (bench/README.md).
+
+    It publishes what python-socketio's `AsyncPubSubManager.emit` publishes, so every web process's manager
+    delivers it as its own; the message's form is that library's, whose version range is pinned in
+    pyproject.toml for it. With `local`, this process's own rooms are served at once, as `emit` does (the
+    manager skips its own messages when they come back from Redis).
+    """
+
+    def __init__(self, manager: socketio.AsyncPubSubManager, redis_url: str, *, local: bool) -> None:
+        self._manager = manager
+        self._redis = aioredis.Redis.from_url(redis_url)
+        self._local = local
+        self._outgoing: SentInOrder[dict[str, Any]] = SentInOrder(self._send, "chat-emitter")
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self._outgoing.put(message)
+
+    async def _send(self, batch: list[dict[str, Any]]) -> None:
+        manager = self._manager
+        if self._local:
+            for message in batch:
+                try:
+                    room = room_of(message["executionId"])
+                    await manager.emit(EVENT, message, namespace=NAMESPACE, room=room, ignore_queue=True)
+                except Exception:
+                    log.warning("chat: emitting %s seq %s failed", message["executionId"], message["seq"],
+                                exc_info=True)
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for message in batch:
+                    pipe.publish(manager.channel, manager.json.dumps(self._pubsub_emit(message)))
+                await pipe.execute()
+        except (RedisError, OSError) as exc:
+            # Best effort, as every delivery to watchers: one who misses an event finds the gap by seq.
+            log.warning("chat: publishing %d event(s) to Redis failed: %s", len(batch), exc)
+
+    def _pubsub_emit(self, message: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "method": "emit",
+            "event": EVENT,
+            "data": [message],
+            "binary": False,  # JSON from our own event rows
+            "namespace": NAMESPACE,
+            "room": room_of(message["executionId"]),
+            "skip_sid": None,
+            "callback": None,
+            "host_id": self._manager.host_id,
+        }
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Send what was put so far (waiting at most `timeout` seconds), then let go of Redis."""
+        await self._outgoing.flush(timeout)
+        await self._redis.aclose()
 
 
 class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
@@ -259,30 +320,11 @@ async def listen_before_serving(server: socketio.AsyncServer, timeout: float = 1
 
 
 class WorkerEmitter:
-    """A worker's sink: a write-only Redis manager, no server, no Quart.
-
-    Messages are emitted in order by a task of its own, so that a committing step does not wait for a Redis
-    round trip per event (core.bus.RedisBus publishes the same way).
-    """
+    """A worker's sink: a write-only Redis manager, no server, no Quart."""
 
     def __init__(self, redis_url: str) -> None:
         self.manager = socketio.AsyncRedisManager(redis_url, write_only=True)
-        self._room_sink = RoomSink(self.manager)
-        self._outgoing: SentInOrder[dict[str, Any]] = SentInOrder(self._send, "chat-emitter")
-
-    async def sink(self, message: dict[str, Any]) -> None:
-        self._outgoing.put(message)
-
-    async def _send(self, batch: list[dict[str, Any]]) -> None:
-        for message in batch:
-            try:
-                await self._room_sink(message)
-            except Exception:
-                log.warning("chat: emitting %s seq %s failed", message.get("executionId"), message.get("seq"),
-                            exc_info=True)
+        self.sink = QueuedRoomSink(self.manager, redis_url, local=False)
 
     async def close(self) -> None:
-        await self._outgoing.flush(5.0)
-        redis = getattr(self.manager, "redis", None)
-        if redis is not None:
-            await redis.aclose()
+        await self.sink.close()

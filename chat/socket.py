@@ -33,7 +33,7 @@ from api.websession import current_viewer
 from chat.access import MAX_TOKEN, Access, Person, access_to, view_token_ok
 from chat.apikey import key_access, key_id_for, presented_key
 from chat.conversation import run_metrics, status_of
-from chat.fanout import NAMESPACE, RoomSink, listen_before_serving, room_of, server_manager
+from chat.fanout import NAMESPACE, QueuedRoomSink, RoomSink, listen_before_serving, room_of, server_manager
 from core.db import Database
 from core.events import event_message, events_after
 from core.models import Checkpoint, Execution, utcnow
@@ -271,7 +271,10 @@ def mount_chat(app: Quart, settings: Settings) -> socketio.ASGIApp:
     """Socket.IO beside the Quart app; committed events flow into its rooms once the app serves."""
     server = make_server(settings)
     server.register_namespace(ChatNamespace(app, settings))
-    sink = RoomSink(server)
+    # With Redis an emit is a publish (the local rooms hear it back from Redis): no commit should wait for it.
+    sink: QueuedRoomSink | RoomSink = RoomSink(server)
+    if settings.redis_url:
+        sink = QueuedRoomSink(server.manager, settings.redis_url, local=True)
 
     @app.before_serving
     async def start_chat() -> None:
@@ -284,6 +287,8 @@ def mount_chat(app: Quart, settings: Settings) -> socketio.ASGIApp:
         found = app.extensions.get("vouch")
         if found is not None:
             found.db.remove_event_sink(sink)
+        if isinstance(sink, QueuedRoomSink):
+            await sink.close()
         listener = getattr(server.manager, "thread", None)
         if listener is not None:
             listener.cancel()

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import event, exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -70,6 +71,15 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
 def insert_for(dialect: str, table: Any) -> sqlite.Insert | postgresql.Insert:
     """An INSERT in this dialect's own form, for its ON CONFLICT clause (SQLite and PostgreSQL spell it alike)."""
     return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
+
+
+def one_of(column: sa.ColumnElement[Any], constants: Sequence[str]) -> sa.ColumnElement[bool]:
+    """`column IN (constants)` with the constants written into the SQL. A plain `in_` renders its list again at
+    every execution (an expanding parameter), which costs more than the statement it is part of on a hot path;
+    this one's SQL is cached whole. Only for our own constants: they are quoted here, not bound."""
+    if any("'" in constant for constant in constants):
+        raise ValueError("one_of takes plain constants")
+    return column.in_([sa.literal_column(f"'{constant}'") for constant in constants])
 
 
 def publish_after_commit(session: AsyncSession, channel: str, message: dict[str, Any]) -> None:

@@ -64,9 +64,12 @@ _ALLOCATE = seq_allocation()
 
 
 @functools.cache
-def _allocate_and_insert(allocation: sa.Update, count: int) -> sa.Insert:
+def _allocate_and_insert(
+    allocation: sa.Update, count: int, companion: tuple[sa.Table, tuple[str, ...]] | None
+) -> sa.Insert:
     """PostgreSQL: `allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one
-    statement. Parameters as the allocation's, plus `at` and `type_<n>`, `payload_<n>` for each event."""
+    statement; with `companion` (a table and columns), that table's row too, only when the allocation matched.
+    Parameters as the allocation's, plus `at`, `type_<n>`, `payload_<n>` for each event and `row_<column>`."""
     allocated = allocation.cte("allocated")
     columns = EVENTS.c
     rows = [
@@ -80,11 +83,21 @@ def _allocate_and_insert(allocation: sa.Update, count: int) -> sa.Insert:
         for n in range(count)
     ]
     source = rows[0] if count == 1 else sa.union_all(*rows)
-    return (
+    statement = (
         sa.insert(EVENTS)
         .from_select(["execution_id", "seq", "type", "payload", "created_at"], source)
         .returning(columns.seq)
     )
+    if companion is not None:
+        table, names = companion
+        row = sa.select(*(sa.bindparam(f"row_{name}", type_=table.c[name].type) for name in names))
+        statement = statement.add_cte(sa.insert(table).from_select(names, row.select_from(allocated)).cte("companion"))
+    return statement
+
+
+@functools.cache
+def _insert_into(table: sa.Table) -> sa.Insert:
+    return sa.insert(table)
 
 
 async def append_events(
@@ -94,8 +107,10 @@ async def append_events(
     *,
     allocation: sa.Update = _ALLOCATE,
     parameters: dict[str, Any] | None = None,
+    companion: tuple[sa.Table, dict[str, Any]] | None = None,
 ) -> list[Event] | None:
-    """Add several events with one seq allocation (see `seq_allocation`) for all of them.
+    """Add several events with one seq allocation (see `seq_allocation`) for all of them, and with them the
+    `companion` row of another table (an agent step's tool call), if any.
 
     When the allocation's conditions match no row, nothing is added and the answer is None.
     """
@@ -104,12 +119,20 @@ async def append_events(
         allocated = (await session.execute(allocation, bound)).scalar_one_or_none()
         if allocated is None:
             return None
+        if companion is not None:
+            await session.execute(_insert_into(companion[0]), companion[1])
         return await add_numbered_events(session, execution_id, allocated - len(items) + 1, items)
-    # One statement, one round trip: the allocation and the rows together.
+    # One statement, one round trip: the allocation, the rows and the companion together.
     now = utcnow()
     for n, (type_, payload) in enumerate(items):
         bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
-    seqs = (await session.execute(_allocate_and_insert(allocation, len(items)), {**bound, "at": now})).scalars()
+    shape = None
+    if companion is not None:
+        table, row = companion
+        shape = (table, tuple(row))
+        bound.update({f"row_{name}": value for name, value in row.items()})
+    statement = _allocate_and_insert(allocation, len(items), shape)
+    seqs = (await session.execute(statement, {**bound, "at": now})).scalars()
     first = min(seqs, default=None)
     if first is None:
         return None
@@ -125,6 +148,18 @@ async def add_numbered_events(
     # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
     await session.execute(_INSERT_EVENTS, rows)
     return await _announce(session, rows)
+
+
+async def announce_events(
+    session: AsyncSession,
+    execution_id: str,
+    first: int,
+    items: Sequence[tuple[str, dict[str, Any]]],
+    at: datetime,
+) -> list[Event]:
+    """Events whose rows the caller's own statement inserted (seqs `first` onwards, `created_at` = `at`): their
+    webhooks and their publishing after commit, as for events added here."""
+    return await _announce(session, _rows(execution_id, first, items, at))
 
 
 def _rows(
