@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.events import Companion
 from core.settings import Settings
 
 
@@ -54,6 +55,19 @@ class Tool:
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         raise NotImplementedError
+
+    def single_write(self, execution_id: str, args: dict[str, Any], now: datetime) -> SingleWrite | None:
+        """This call's whole effect as one row, when it is that (by default it is not: `record` writes it)."""
+        return None
+
+
+@dataclass(frozen=True)
+class SingleWrite:
+    """A call whose effect is one row, known before it is written, and whose result needs nothing read: the
+    step that makes it can be one statement with its progress and its events (agents/tool_calls.py)."""
+
+    row: Companion
+    result: dict[str, Any]
 
 
 def schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from agents.gates import gate_for_call
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
-from core.events import append_event, append_events, seq_allocation
+from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import Checkpoint, ToolCall, utcnow
 from review import decide
@@ -166,8 +166,19 @@ async def run_in_place(
     row). Its effect, result and progress commit together or not at all."""
     tool = TOOLS[step.tool]
     call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
-    ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
-    result, error = await _record(tool, ctx, step.args, None)
+    effect: tuple[Companion, ...] = ()
+    result: dict[str, Any] | None
+    write = tool.single_write(runner.execution_id, step.args, started)
+    if write is not None:
+        # Its row is written by the step's statement below, with the call's row and the events.
+        effect, result, error = (write.row,), write.result, None
+        if session.get_bind().dialect.name == "postgresql" and not session.in_transaction():
+            # Nothing has run in this session, and the whole step is that one statement: it commits by itself,
+            # without the round trips of BEGIN and COMMIT (a third of a step: bench/README.md).
+            await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+    else:
+        ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
+        result, error = await _record(tool, ctx, step.args, None)
     elapsed = time.perf_counter() - began
     call = {
         "id": call_id,
@@ -196,7 +207,7 @@ async def run_in_place(
         events,
         allocation=_FENCED_STEP,
         parameters={**runner.fenced(), "saved_state": dict(state)},
-        companion=(TOOL_CALLS, call),
+        companions=(*effect, Companion(TOOL_CALLS, call)),
     )
     if added is None:
         raise LeaseLost(runner.execution_id)

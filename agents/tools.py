@@ -10,15 +10,14 @@ exactly-once.
 from __future__ import annotations
 
 import asyncio
-import functools
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from agents.http_tool import HttpRequest
-from agents.tool_base import Tool, ToolContext, ToolFailed, schema
-from core.db import insert_for
+from agents.tool_base import SingleWrite, Tool, ToolContext, ToolFailed, schema
+from core.events import Companion, write_row
 from core.mail import enqueue_mail
 from core.models import ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
@@ -56,14 +55,7 @@ class SendEmail(Tool):
         }
 
 
-@functools.cache
-def _file_upsert(dialect: str) -> sa.Executable:
-    """Write a workspace file, replacing it if it exists: one statement, built once (an agent writes many)."""
-    insert = insert_for(dialect, WorkspaceFile.__table__)
-    return insert.on_conflict_do_update(
-        index_elements=["execution_id", "path"],
-        set_={"content": insert.excluded.content, "updated_at": insert.excluded.updated_at},
-    )
+WORKSPACE_FILES = cast(sa.Table, WorkspaceFile.__table__)
 
 
 class WriteFile(Tool):
@@ -72,12 +64,16 @@ class WriteFile(Tool):
     parameters = schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"])
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
+        write = self.single_write(ctx.execution_id, args, utcnow())
+        await write_row(ctx.session, write.row)
+        return write.result
+
+    def single_write(self, execution_id: str, args: dict[str, Any], now: datetime) -> SingleWrite:
         path, content = str(args["path"]), str(args["content"])
-        await ctx.session.execute(
-            _file_upsert(ctx.session.get_bind().dialect.name),
-            {"execution_id": ctx.execution_id, "path": path, "content": content, "updated_at": utcnow()},
-        )
-        return {"path": path, "bytes": len(content.encode())}
+        row = {"execution_id": execution_id, "path": path, "content": content, "updated_at": now}
+        # Replacing the file if it exists: the table's key is (execution_id, path).
+        result = {"path": path, "bytes": len(content.encode())}
+        return SingleWrite(Companion(WORKSPACE_FILES, row, ("execution_id", "path")), result)
 
 
 class ReadFile(Tool):

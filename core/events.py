@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import execution_channel
-from core.db import event_after_commit, publish_after_commit
+from core.db import event_after_commit, insert_for, publish_after_commit
 from core.models import EVENTS, EXECUTIONS, Event, utcnow
 from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
 
@@ -63,13 +64,39 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> sa.Update:
 _ALLOCATE = seq_allocation()
 
 
+@dataclass(frozen=True)
+class Companion:
+    """A row of another table written with a batch of events, only when their allocation matched (an agent
+    step's tool call, its effect): inserted, or with `conflict` (the columns of a unique index) updated where
+    one exists."""
+
+    table: sa.Table
+    row: dict[str, Any]
+    conflict: tuple[str, ...] = ()
+
+    @property
+    def shape(self) -> tuple[sa.Table, tuple[str, ...], tuple[str, ...]]:
+        return self.table, tuple(self.row), self.conflict
+
+
+def _companion_insert(dialect: str, shape: tuple[sa.Table, tuple[str, ...], tuple[str, ...]], source: Any) -> Any:
+    table, names, conflict = shape
+    insert = insert_for(dialect, table)
+    statement = insert.from_select(names, source) if source is not None else insert
+    if not conflict:
+        return statement
+    return statement.on_conflict_do_update(
+        index_elements=list(conflict), set_={name: insert.excluded[name] for name in names if name not in conflict}
+    )
+
+
 @functools.cache
 def _allocate_and_insert(
-    allocation: sa.Update, count: int, companion: tuple[sa.Table, tuple[str, ...]] | None
+    allocation: sa.Update, count: int, companions: tuple[tuple[sa.Table, tuple[str, ...], tuple[str, ...]], ...]
 ) -> sa.Insert:
     """PostgreSQL: `allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one
-    statement; with `companion` (a table and columns), that table's row too, only when the allocation matched.
-    Parameters as the allocation's, plus `at`, `type_<n>`, `payload_<n>` for each event and `row_<column>`."""
+    statement, with the rows of `companions` (their shapes) only when the allocation matched. Parameters as the
+    allocation's, plus `at`, `type_<n>`, `payload_<n>` for each event and `c<i>_<column>` for each companion."""
     allocated = allocation.cte("allocated")
     columns = EVENTS.c
     rows = [
@@ -88,16 +115,22 @@ def _allocate_and_insert(
         .from_select(["execution_id", "seq", "type", "payload", "created_at"], source)
         .returning(columns.seq)
     )
-    if companion is not None:
-        table, names = companion
-        row = sa.select(*(sa.bindparam(f"row_{name}", type_=table.c[name].type) for name in names))
-        statement = statement.add_cte(sa.insert(table).from_select(names, row.select_from(allocated)).cte("companion"))
+    for i, shape in enumerate(companions):
+        table, names, _conflict = shape
+        values = sa.select(*(sa.bindparam(f"c{i}_{name}", type_=table.c[name].type) for name in names))
+        written = _companion_insert("postgresql", shape, values.select_from(allocated))
+        statement = statement.add_cte(written.cte(f"companion_{i}"))
     return statement
 
 
 @functools.cache
-def _insert_into(table: sa.Table) -> sa.Insert:
-    return sa.insert(table)
+def _companion_statement(dialect: str, shape: tuple[sa.Table, tuple[str, ...], tuple[str, ...]]) -> Any:
+    return _companion_insert(dialect, shape, None)
+
+
+async def write_row(session: AsyncSession, companion: Companion) -> None:
+    """Write a companion's row on its own, in the caller's transaction (a statement built once per shape)."""
+    await session.execute(_companion_statement(session.get_bind().dialect.name, companion.shape), companion.row)
 
 
 async def append_events(
@@ -107,31 +140,29 @@ async def append_events(
     *,
     allocation: sa.Update = _ALLOCATE,
     parameters: dict[str, Any] | None = None,
-    companion: tuple[sa.Table, dict[str, Any]] | None = None,
+    companions: Sequence[Companion] = (),
 ) -> list[Event] | None:
-    """Add several events with one seq allocation (see `seq_allocation`) for all of them, and with them the
-    `companion` row of another table (an agent step's tool call), if any.
+    """Add several events with one seq allocation (see `seq_allocation`) for all of them, and with them the rows
+    of `companions`. On PostgreSQL that is one statement, whatever the number of events and companions.
 
     When the allocation's conditions match no row, nothing is added and the answer is None.
     """
     bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
-    if session.get_bind().dialect.name != "postgresql":
+    dialect = session.get_bind().dialect.name
+    if dialect != "postgresql":
         allocated = (await session.execute(allocation, bound)).scalar_one_or_none()
         if allocated is None:
             return None
-        if companion is not None:
-            await session.execute(_insert_into(companion[0]), companion[1])
+        for companion in companions:
+            await write_row(session, companion)
         return await add_numbered_events(session, execution_id, allocated - len(items) + 1, items)
-    # One statement, one round trip: the allocation, the rows and the companion together.
+    # One statement, one round trip: the allocation, the rows and the companions together.
     now = utcnow()
     for n, (type_, payload) in enumerate(items):
         bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
-    shape = None
-    if companion is not None:
-        table, row = companion
-        shape = (table, tuple(row))
-        bound.update({f"row_{name}": value for name, value in row.items()})
-    statement = _allocate_and_insert(allocation, len(items), shape)
+    for i, companion in enumerate(companions):
+        bound.update({f"c{i}_{name}": value for name, value in companion.row.items()})
+    statement = _allocate_and_insert(allocation, len(items), tuple(companion.shape for companion in companions))
     seqs = (await session.execute(statement, {**bound, "at": now})).scalars()
     first = min(seqs, default=None)
     if first is None:

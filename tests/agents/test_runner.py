@@ -532,7 +532,12 @@ async def test_a_failing_tool_fails_the_execution(
     async def broken(*_args: Any) -> dict[str, Any]:
         raise RuntimeError("disk on fire")
 
+    def broken_write(*_args: Any) -> None:
+        raise RuntimeError("disk on fire")
+
+    # Both ways a write_file step can take: its record, or its single write (agents/tool_calls.py run_in_place).
     monkeypatch.setattr(TOOLS["write_file"], "record", broken)
+    monkeypatch.setattr(TOOLS["write_file"], "single_write", broken_write)
     exe = await new_execution(db, settings, NOTE_THEN_MAIL)
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
