@@ -3,9 +3,9 @@
     .venv/bin/python -m bench.create_first_step [--quick] [--backends sqlite,postgresql]
 
 Creates are sent open loop at a fixed rate (never waiting for an answer before the next send). Each latency
-runs from the moment the POST was sent (it arrives over loopback within tens of microseconds) to the
-`created_at` of the first event the worker writes (`execution.started`: claimed, state planned, first event
-appended). The task has one step and no checkpoint, so executions finish and the worker stays unsaturated.
+runs from the moment the POST's bytes were written to the socket (`WirePoster`: it arrives over loopback within
+tens of microseconds) to the `created_at` of the first event the worker writes (`execution.started`, written
+by the claim). The task has one step and no checkpoint, so executions finish and the worker stays unsaturated.
 The create POST's answer time is printed beside it, and the share of the latency spent before the answer.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Stack, main_of, open_loop, wait_for_event, wait_for_status
+from bench.common import Stack, WirePoster, main_of, open_loop, wait_for_event, wait_for_status
 from bench.report import figure, note, percentile, spread
 
 TASK = {"taskName": "bench", "taskDescription": "Summarise.", "testMode": "without-verification"}
@@ -24,16 +24,14 @@ async def measure(st: Stack, quick: bool) -> None:
     sent: dict[str, float] = {}
     answered: list[float] = []
     cpu_before = st.cpu()
-    async with st.client() as client:
+    async with WirePoster(st, "/api/eval/create-task-agent") as poster:
 
         async def send(_: int) -> None:
-            start = time.time()
-            async with client.post(f"{st.base}/api/eval/create-task-agent", json=TASK) as answer:
-                data = await answer.json()
-                answered.append((time.time() - start) * 1000)
-                if answer.status != 201:
-                    raise SystemExit(f"create failed: {answer.status} {data}")
-                sent[data["executionId"]] = start
+            start, status, data = await poster.post(TASK)
+            answered.append((time.time() - start) * 1000)
+            if status != 201:
+                raise SystemExit(f"create failed: {status} {data}")
+            sent[data["executionId"]] = start
 
         await open_loop(count, rate, send)
     ids = list(sent)
@@ -55,7 +53,7 @@ async def measure(st: Stack, quick: bool) -> None:
         "p50 <= 5 ms, p99 <= 25 ms",
         p50 <= 5 and p99 <= 25,
     )
-    note("latency: create POST sent -> created_at of the worker's first event (execution.started)")
+    note("latency: create POST written to the socket -> created_at of the worker's first event (execution.started)")
     note(f"CPU per execution: {cpu}")
 
 
