@@ -163,7 +163,10 @@ async def run_in_place(
     """A whole step of a tool that works only in our database, in the caller's transaction: the call's row
     is written finished, and its events take their seqs in the statement that fences the claim, renews the
     lease and saves the agent's progress (on PostgreSQL that statement also inserts the events and the call's
-    row). Its effect, result and progress commit together or not at all."""
+    row). Its effect, result and progress commit together or not at all.
+
+    On PostgreSQL, a step of a tool with a `single_write` in a session where nothing has run yet is that one
+    statement, committing by itself: the caller must then write nothing more in this session."""
     tool = TOOLS[step.tool]
     call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
     effect: tuple[Companion, ...] = ()

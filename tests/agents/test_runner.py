@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from agents import offline
 from agents.claims import Claim, claim_next
+from agents.offline_steps import OfflineDriver
 from agents.runner import ExecutionRunner
 from agents.tools import TOOLS
 from api.auth import Caller
@@ -390,6 +391,31 @@ async def test_lease_lost_mid_step_stops_before_recording(db: Database, settings
     assert snap.mails == []
     assert snap.execution.worker_id == "worker-2"
     assert snap.execution.agent_state is not None and snap.execution.agent_state["cursor"] == 0
+
+
+async def test_lease_lost_between_steps_leaves_the_next_step_unwritten(
+    db: Database, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second write_file step is the claim's common step: on PostgreSQL one statement committing by itself
+    # (agents/tool_calls.py run_in_place). Its fence fails, so none of it may be written: file, call or events.
+    two_notes = 'Write a note called "a.md" saying "one". Write a note called "b.md" saying "two".'
+    exe = await new_execution(db, settings, two_notes)
+    advance = OfflineDriver.advance
+
+    async def taken_over_after_the_first_step(driver: OfflineDriver, state: dict[str, Any]) -> bool:
+        if state["cursor"] == 1:
+            await take_over(db, exe)
+        return await advance(driver, state)
+
+    monkeypatch.setattr(OfflineDriver, "advance", taken_over_after_the_first_step)
+    await ExecutionRunner(settings, db, "worker-1", await claim(db)).run()
+    snap = await snapshot(db, exe)
+    assert [f.path for f in snap.files] == ["a.md"]
+    assert [(c.step_index, c.tool, c.status) for c in snap.calls] == [(0, "write_file", "succeeded")]
+    assert snap.types[-1] == "tool.result" and len(snap.payloads("tool.result")) == 1
+    assert snap.execution.worker_id == "worker-2" and snap.execution.status == "running"
+    assert snap.execution.agent_state is not None and snap.execution.agent_state["cursor"] == 1
+    assert_contiguous(snap)
 
 
 async def test_lease_renewal_notices_a_takeover_and_stops_the_run(db: Database, settings: Settings) -> None:
