@@ -64,6 +64,10 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> sa.Update:
 _ALLOCATE = seq_allocation()
 
 
+# A companion's table, its columns and its conflict index: what its statements are built from (and cached by).
+_Shape = tuple[sa.Table, tuple[str, ...], tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class Companion:
     """A row of another table written with a batch of events, only when their allocation matched (an agent
@@ -75,11 +79,11 @@ class Companion:
     conflict: tuple[str, ...] = ()
 
     @property
-    def shape(self) -> tuple[sa.Table, tuple[str, ...], tuple[str, ...]]:
+    def shape(self) -> _Shape:
         return self.table, tuple(self.row), self.conflict
 
 
-def _companion_insert(dialect: str, shape: tuple[sa.Table, tuple[str, ...], tuple[str, ...]], source: Any) -> Any:
+def _companion_insert(dialect: str, shape: _Shape, source: Any) -> Any:
     table, names, conflict = shape
     insert = insert_for(dialect, table)
     statement = insert.from_select(names, source) if source is not None else insert
@@ -92,7 +96,7 @@ def _companion_insert(dialect: str, shape: tuple[sa.Table, tuple[str, ...], tupl
 
 @functools.cache
 def _allocate_and_insert(
-    allocation: sa.Update, count: int, companions: tuple[tuple[sa.Table, tuple[str, ...], tuple[str, ...]], ...]
+    allocation: sa.Update, count: int, companions: tuple[_Shape, ...]
 ) -> sa.Insert:
     """PostgreSQL: `allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one
     statement, with the rows of `companions` (their shapes) only when the allocation matched. Parameters as the
@@ -124,7 +128,7 @@ def _allocate_and_insert(
 
 
 @functools.cache
-def _companion_statement(dialect: str, shape: tuple[sa.Table, tuple[str, ...], tuple[str, ...]]) -> Any:
+def _companion_statement(dialect: str, shape: _Shape) -> Any:
     return _companion_insert(dialect, shape, None)
 
 
