@@ -70,13 +70,17 @@ class Worker:
         stopper.add_done_callback(lambda _: self._kick.set())
         log.info("worker %s started", self.worker_id)
         try:
+            loop = asyncio.get_running_loop()
             while not stop.is_set():
                 self._kick.clear()
                 await self._fill()
+                # A timer, not wait_for: a kick then wakes this loop at once, where wait_for would wake it through
+                # a task of its own, two turns of the loop later (behind whatever the process does meanwhile).
+                poll = loop.call_later(self.settings.worker_poll_seconds, self._missed)
                 try:
-                    await asyncio.wait_for(self._kick.wait(), self.settings.worker_poll_seconds)
-                except TimeoutError:
-                    self._search = True
+                    await self._kick.wait()
+                finally:
+                    poll.cancel()
         finally:
             for task in (*self._running, stopper):
                 task.cancel()  # a run stops its agent between statements (ExecutionRunner.run)
@@ -145,6 +149,7 @@ class Worker:
             self._missed()
 
     def _missed(self) -> None:
-        """Wake-ups may have been lost (the bus reconnected, or a wake-up named nothing): search instead."""
+        """Wake-ups may have been lost (the bus reconnected, a wake-up named nothing, the safety-net poll is due):
+        search for runnable executions instead."""
         self._search = True
         self._kick.set()
