@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,14 +21,13 @@ from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
-from core.models import Checkpoint, ToolCall, utcnow
+from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
 from review import decide
 
 if TYPE_CHECKING:
     from agents.runner import ExecutionRunner
 
 
-TOOL_CALLS = cast(sa.Table, ToolCall.__table__)
 # A step's seqs, its claim's fence, the lease's renewal and the agent's progress: one statement.
 _FENCED_STEP = seq_allocation(
     *CLAIM_HOLDS, lease_until=sa.bindparam("renewed_until"), agent_state=sa.bindparam("saved_state")

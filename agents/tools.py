@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -19,7 +19,7 @@ from agents.http_tool import HttpRequest
 from agents.tool_base import SingleWrite, Tool, ToolContext, ToolFailed, schema
 from core.events import Companion, write_row
 from core.mail import enqueue_mail
-from core.models import ToolCall, WorkspaceFile, utcnow
+from core.models import WORKSPACE_FILES, ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
 
 
@@ -53,9 +53,6 @@ class SendEmail(Tool):
             "subject": message.subject,
             "delivery": message.status,
         }
-
-
-WORKSPACE_FILES = cast(sa.Table, WorkspaceFile.__table__)
 
 
 class WriteFile(Tool):

@@ -136,17 +136,16 @@ class Worker:
         rather than a task reading a queue, so the claim starts one hop after the commit that asked for it."""
         if channel != WAKE_CHANNEL:
             return
-        execution_id = message.get("executionId")
+        execution_id = str(message.get("executionId") or "")
         if message.get("cancelled"):
             # The cancel is committed; the run stops now rather than at its next step.
-            run = self._runs.get(str(execution_id))
+            run = self._runs.get(execution_id)
             if run is not None:
                 run.cancel()
-        elif execution_id:
-            if str(execution_id) not in self._runs:  # heard twice (here and back from Redis): claimed once
-                self._wanted(str(execution_id))
-        else:
+        elif not execution_id:
             self._missed()
+        elif execution_id not in self._runs:  # heard twice (here and back from Redis): claimed once
+            self._wanted(execution_id)
 
     def _missed(self) -> None:
         """Wake-ups may have been lost (the bus reconnected, a wake-up named nothing, the safety-net poll is due):

@@ -54,24 +54,17 @@ def checkpoint_count(task: CreateTaskIn) -> int:
     return len(task.checkpoints) + len(detected)
 
 
-_CREATED_COLUMNS = (
-    "id", "user_id", "api_key_id", "task_name", "task_description", "test_mode", "assigned_reviewer", "webhook_url",
-    "webhook_events", "max_revisions", "backup_reviewer", "review_deadline_seconds", "on_deadline",
-    "auto_detect_checkpoints", "agent_model", "status", "created_at", "last_seq", "lease_epoch",
-)  # fmt: skip
-
-
 @functools.cache
-def _creating(dialect: str, limited: bool) -> sa.Insert:
-    """The new execution's INSERT … RETURNING, built once: parameters as its columns, plus `key_id` and
+def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> sa.Insert:
+    """The new execution's INSERT … RETURNING of columns `names`, built once: parameters as those, plus `key_id` and
     `slot_limit` when `limited` (a free slot is its condition: api/concurrency.py). On PostgreSQL its
     `execution.created` event (`event_type`, `event_payload`) is inserted by the same statement, a
     data-modifying CTE: one round trip fewer on the path every create takes."""
     columns = EXECUTIONS.c
-    values = sa.select(*(sa.bindparam(name, type_=columns[name].type) for name in _CREATED_COLUMNS))
+    values = sa.select(*(sa.bindparam(name, type_=columns[name].type) for name in names))
     if limited:
         values = values.where(SLOT_FREE)
-    insert = sa.insert(EXECUTIONS).from_select(_CREATED_COLUMNS, values).returning(columns.id)
+    insert = sa.insert(EXECUTIONS).from_select(names, values).returning(columns.id)
     if dialect != "postgresql":
         return insert
     created = insert.cte("created")
@@ -141,7 +134,7 @@ async def create_execution(
     if dialect == "postgresql":
         parameters.update(event_type=created[0][0], event_payload=created[0][1])
     # Core, built once: the ORM's unit of work costs more than the statements, on the path every create takes.
-    if (await session.execute(_creating(dialect, limited), parameters)).first() is None:
+    if (await session.execute(_creating(dialect, limited, tuple(row)), parameters)).first() is None:
         assert concurrency_limit is not None  # only the slot condition can refuse the row
         raise await no_free_slot(session, caller.key_id, concurrency_limit)
     if dialect == "postgresql":

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from bench.common import PAUSING_TASK, Stack, create_executions, main_of, open_loop, wait_for_event, wait_for_status
+from bench.common import PAUSING_TASK, Stack, create_executions, main_of, wait_for_event, wait_for_status
+from bench.load import open_loop
 from bench.report import figure, note, percentile, spread
 from core.models import Checkpoint
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 
-from bench.common import Stack, WirePoster, main_of, open_loop, wait_for_event, wait_for_status
+from bench.common import Stack, main_of, wait_for_event, wait_for_status
+from bench.load import WirePoster, open_loop
 from bench.report import figure, note, percentile, spread
 
 TASK = {"taskName": "bench", "taskDescription": "Summarise.", "testMode": "without-verification"}

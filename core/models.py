@@ -191,6 +191,9 @@ class ToolCall(Base):
     finished_at: Mapped[datetime | None] = mapped_column()
 
 
+TOOL_CALLS = cast(sa.Table, ToolCall.__table__)
+
+
 class MailMessage(Base):
     """Outgoing mail: an outbox row written in the transaction that decided to send it."""
 
@@ -220,6 +223,9 @@ class WorkspaceFile(Base):
     path: Mapped[str] = mapped_column(sa.String(255), primary_key=True)
     content: Mapped[str] = mapped_column(sa.Text)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+WORKSPACE_FILES = cast(sa.Table, WorkspaceFile.__table__)
 
 
 class WebSession(Base):
