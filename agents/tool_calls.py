@@ -19,6 +19,7 @@ from agents.gates import gate_for_call
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
+from core.db import commits_alone
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
@@ -174,10 +175,8 @@ async def run_in_place(
     if write is not None:
         # Its row is written by the step's statement below, with the call's row and the events.
         effect, result, error = (write.row,), write.result, None
-        if session.get_bind().dialect.name == "postgresql" and not session.in_transaction():
-            # Nothing has run in this session, and the whole step is that one statement: it commits by itself,
-            # without the round trips of BEGIN and COMMIT (a third of a step: bench/README.md).
-            await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+        # Where nothing has run in this session, the whole step is that one statement: it may commit by itself.
+        await commits_alone(session)
     else:
         ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
         result, error = await _record(tool, ctx, step.args, None)

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from api.auth import current_caller
 from api.problems import ApiError
 from api.services import db_session, services
-from core.db import Database
+from core.db import Database, more_to_write
 from core.ids import new_id
 from core.models import IdempotencyRecord, utcnow
 
@@ -194,6 +194,7 @@ def idempotent(view: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Respo
         claimed = await _claim(db, current_caller().user_id, key, fingerprint)
         if isinstance(claimed, StoredAnswer):
             return await _replay(claimed)
+        more_to_write(session)  # the answer, stored below in the view's own transaction
         try:
             response = await _response(await view(*args, **kwargs))
             if response.status_code >= 400:

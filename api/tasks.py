@@ -11,14 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.policy import detect_side_effects
 from api.auth import Caller, current_caller, require_scope
-from api.concurrency import SLOT_FREE, no_free_slot, serialise_creates
+from api.concurrency import check_creates_serialised, no_free_slot, slot_free
 from api.idempotency import idempotent
 from api.problems import ApiError
 from api.schemas import CreateTaskIn, parse_body
 from api.services import db_session, services
 from api.status_cache import serve_status
 from core.bus import WAKE_CHANNEL
-from core.db import publish_after_commit
+from core.db import commits_alone, publish_after_commit
 from core.events import add_numbered_events, announce_events
 from core.ids import new_id
 from core.links import chat_url
@@ -63,7 +63,7 @@ def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> sa.Insert:
     columns = EXECUTIONS.c
     values = sa.select(*(sa.bindparam(name, type_=columns[name].type) for name in names))
     if limited:
-        values = values.where(SLOT_FREE)
+        values = values.where(slot_free(dialect))
     insert = sa.insert(EXECUTIONS).from_select(names, values).returning(columns.id)
     if dialect != "postgresql":
         return insert
@@ -88,8 +88,7 @@ async def create_execution(
     """Insert a queued execution; with `concurrency_limit`, refuse (429) when the key has that many in progress."""
     limited = concurrency_limit is not None
     if limited:
-        # In the transaction that inserts, so that parallel creates of one key cannot all pass (api/concurrency.py).
-        await serialise_creates(session, caller.key_id)
+        check_creates_serialised(session)
     now = utcnow()
     row: dict[str, Any] = dict(
         id=new_id("exe"),
@@ -133,6 +132,9 @@ async def create_execution(
     parameters = {**row, "key_id": caller.key_id, "slot_limit": concurrency_limit}
     if dialect == "postgresql":
         parameters.update(event_type=created[0][0], event_payload=created[0][1])
+        if not planned:
+            # The execution and its event are then the whole create: one statement, committing by itself.
+            await commits_alone(session)
     # Core, built once: the ORM's unit of work costs more than the statements, on the path every create takes.
     if (await session.execute(_creating(dialect, limited, tuple(row)), parameters)).first() is None:
         assert concurrency_limit is not None  # only the slot condition can refuse the row
