@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
-from api.resp import RespClient
+from core.resp import RespClient
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ class RedisRateLimiter:
         self._clock = clock
         self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH. Through the
-        # pipelined client of api/resp.py where the URL allows (redis://), redis-py's otherwise (rediss://, unix).
+        # pipelined client of core/resp.py where it reads the URL, redis-py's otherwise.
         self._script: Any
         try:
             self._script = _FastScript(RespClient(url, timeout))
@@ -226,7 +226,7 @@ class RedisRateLimiter:
 
 
 class _FastScript:
-    """The GCRA script over api/resp.py's client, called like redis-py's registered script."""
+    """The GCRA script over core/resp.py's client, called like redis-py's registered script."""
 
     def __init__(self, client: RespClient) -> None:
         self.client = client

@@ -25,14 +25,12 @@ from collections import deque
 from collections.abc import Coroutine, Generator
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
 import socketio
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
 from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
-from redis.exceptions import RedisError
 from socketio import packet as sio_packet
 
-from core.bus import SentInOrder
+from core.bus import RedisPublisher, SentInOrder
 
 log = logging.getLogger(__name__)
 
@@ -62,43 +60,33 @@ class RoomSink:
 
 class QueuedRoomSink:
     """The event sink of a process whose Socket.IO manager is shared through Redis (a web process with Redis, or
-    a worker's write-only manager): emits leave in order from a task of its own, each batch as one pipelined
-    write to Redis. A commit then waits for no Redis round trip, and an agent step's events cost one socket write,
-    not one round trip each (bench/README.md).
+    a worker's write-only manager). Each event is published to Redis at once and never waited for
+    (`core.bus.RedisPublisher`): a commit waits for no round trip, and an agent step's events leave in one write.
 
     It publishes what python-socketio's `AsyncPubSubManager.emit` publishes, so every web process's manager
     delivers it as its own; the message's form is that library's, whose version range is pinned in
-    pyproject.toml for it. With `local`, this process's own rooms are served at once, as `emit` does (the
-    manager skips its own messages when they come back from Redis).
+    pyproject.toml for it. With `local`, this process's own rooms are served too, in order, from a task of its
+    own, as `emit` does (the manager skips its own messages when they come back from Redis): a commit does not
+    wait for a room's fan-out either.
     """
 
     def __init__(self, manager: socketio.AsyncPubSubManager, redis_url: str, *, local: bool) -> None:
         self._manager = manager
-        self._redis = aioredis.Redis.from_url(redis_url)
-        self._local = local
-        self._outgoing: SentInOrder[dict[str, Any]] = SentInOrder(self._send, "chat-emitter")
+        self._publisher = RedisPublisher(redis_url)
+        self._local: SentInOrder[dict[str, Any]] | None = SentInOrder(self._emit, "chat-emitter") if local else None
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        self._outgoing.put(message)
+        if self._local is not None:
+            self._local.put(message)
+        self._publisher.publish(self._manager.channel, self._manager.json.dumps(self._pubsub_emit(message)))
 
-    async def _send(self, batch: list[dict[str, Any]]) -> None:
-        manager = self._manager
-        if self._local:
-            for message in batch:
-                try:
-                    room = room_of(message["executionId"])
-                    await manager.emit(EVENT, message, namespace=NAMESPACE, room=room, ignore_queue=True)
-                except Exception:
-                    log.warning("chat: emitting %s seq %s failed", message["executionId"], message["seq"],
-                                exc_info=True)
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for message in batch:
-                    pipe.publish(manager.channel, manager.json.dumps(self._pubsub_emit(message)))
-                await pipe.execute()
-        except (RedisError, OSError) as exc:
-            # Best effort, as every delivery to watchers: one who misses an event finds the gap by seq.
-            log.warning("chat: publishing %d event(s) to Redis failed: %s", len(batch), exc)
+    async def _emit(self, batch: list[dict[str, Any]]) -> None:
+        for message in batch:
+            try:
+                room = room_of(message["executionId"])
+                await self._manager.emit(EVENT, message, namespace=NAMESPACE, room=room, ignore_queue=True)
+            except Exception:
+                log.warning("chat: emitting %s seq %s failed", message["executionId"], message["seq"], exc_info=True)
 
     def _pubsub_emit(self, message: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -114,9 +102,10 @@ class QueuedRoomSink:
         }
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Send what was put so far (waiting at most `timeout` seconds), then let go of Redis."""
-        await self._outgoing.flush(timeout)
-        await self._redis.aclose()
+        """Deliver and send what was put so far (waiting at most `timeout` seconds each), then let go of Redis."""
+        if self._local is not None:
+            await self._local.flush(timeout)
+        await self._publisher.close(timeout)
 
 
 class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]

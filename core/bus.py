@@ -16,7 +16,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+
+from core.resp import Reply, RespClient
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +210,11 @@ class SentInOrder(Generic[T]):
         if self._sending is None or self._sending.done():
             self._sending = asyncio.create_task(self._send(), name=self._name)
 
+    @property
+    def idle(self) -> bool:
+        """Nothing waits to be sent, and no send is under way."""
+        return not self._waiting and (self._sending is None or self._sending.done())
+
     async def _send(self) -> None:
         while self._waiting:
             batch, self._waiting = self._waiting, []
@@ -220,36 +228,77 @@ class SentInOrder(Generic[T]):
                     await asyncio.wait({self._sending})
 
 
+# How long Redis may take to answer a publish, a subscription or a ping before its connection counts as lost.
+REDIS_ANSWER_SECONDS = 5.0
+
+
+def _logged_if_failed(reply: asyncio.Future[Reply]) -> None:
+    if reply.cancelled():
+        return
+    failure = reply.exception() or reply.result()
+    if isinstance(failure, BaseException):
+        # What is published is news of committed rows: a lost message costs latency (the poll catches up), or
+        # a watcher finds the gap by seq.
+        log.warning("publishing to Redis failed: %s", failure)
+
+
+class RedisPublisher:
+    """PUBLISHes that leave in the order asked and that nobody waits for.
+
+    A committing transaction does not wait for Redis: an agent step publishes several events, and their round
+    trips were a third of a durable step on PostgreSQL (bench/README.md). Each publish is written at once on a
+    connection of its own, and all those asked in one turn of the event loop leave in one write (core/resp.py).
+    While the connection is being made, they queue and leave, in order, once it is.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._client = RespClient(url, REDIS_ANSWER_SECONDS)
+        self._queued = SentInOrder(self._send, "redis-publisher")
+        self._last: asyncio.Future[Reply] | None = None
+
+    def publish(self, channel: str, payload: str | bytes) -> None:
+        if self._client.connected and self._queued.idle:
+            self._last = self._client.send_now(b"PUBLISH", channel, payload)
+            self._last.add_done_callback(_logged_if_failed)
+        else:
+            self._queued.put((channel, payload))
+
+    async def _send(self, batch: list[tuple[str, str | bytes]]) -> None:
+        try:
+            await self._client.connect()
+        except (RedisError, OSError) as failed:
+            log.warning("publishing %d message(s) to Redis failed: %s", len(batch), failed)
+            return
+        sent = [self._client.send_now(b"PUBLISH", channel, payload) for channel, payload in batch]
+        for reply in sent:
+            reply.add_done_callback(_logged_if_failed)
+        self._last = sent[-1]
+        await asyncio.wait(sent)
+
+    async def close(self, timeout: float = REDIS_ANSWER_SECONDS) -> None:
+        """Send what was published so far (waiting at most `timeout` seconds), then let go of Redis."""
+        await self._queued.flush(timeout)
+        if self._last is not None:
+            # Redis answers in order: once the last publish is answered, every earlier one has left.
+            await asyncio.wait({self._last}, timeout=timeout)
+        await self._client.close()
+
+
 class RedisBus:
     """For many processes on many machines."""
 
     def __init__(self, url: str) -> None:
         self._url = url
-        self._redis = aioredis.Redis.from_url(url)
+        self._redis = aioredis.Redis.from_url(url)  # for `subscribe`, whose readers wait on one channel each
+        self._publisher = RedisPublisher(url)
         self._listeners: list[_LocalListener] = []
         self._listenings: list[RedisListening] = []
-        self._outgoing = SentInOrder(self._send, "bus-publisher")
 
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
-        """Heard in this process before this returns; sent to Redis, in order, by a task of its own.
-
-        A committing transaction does not wait for Redis: an agent step publishes several events, and their
-        round trips were a third of a durable step on PostgreSQL (bench/README.md). What is published while a
-        send is under way leaves with the next one, pipelined.
-        """
+        """Heard in this process before this returns, and on its way to Redis (`RedisPublisher`)."""
         # Other processes hear it through Redis (and this one a second time, harmlessly).
         _notify(self._listeners, channel, message)
-        self._outgoing.put((channel, json.dumps(message, separators=(",", ":"))))
-
-    async def _send(self, batch: list[tuple[str, str]]) -> None:
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for channel, payload in batch:
-                    pipe.publish(channel, payload)
-                await pipe.execute()
-        except (RedisError, OSError):
-            # The rows are committed: a lost message costs latency (the poll catches up).
-            log.warning("publishing %d bus message(s) to Redis failed", len(batch), exc_info=True)
+        self._publisher.publish(channel, json.dumps(message, separators=(",", ":")))
 
     def listen(
         self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
@@ -273,7 +322,7 @@ class RedisBus:
             await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
-        await self._outgoing.flush(5.0)
+        await self._publisher.close()
         for listening in self._listenings:
             await listening.stop()
         self._listenings.clear()
@@ -285,49 +334,54 @@ def _pattern(prefix: str) -> str:
 
 
 class RedisListening:
-    """One pattern subscription per listener, kept up by a task: on any failure it calls `on_reset`, waits,
-    and subscribes again (calling `on_reset` once more, for what was published while it was away)."""
+    """One pattern subscription per listener on a connection of its own, kept up by a task: on any failure it
+    calls `on_reset`, waits, and subscribes again (calling `on_reset` once more, for what was published while it
+    was away). Messages are delivered as the connection reads them (core/resp.py's `on_push`): no task stands
+    between Redis and the listener. A PING every few idle seconds finds a connection that died silently."""
 
     RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
+    PING_SECONDS = 5.0
 
     def __init__(self, url: str, listener: _LocalListener, local: list[_LocalListener]) -> None:
-        # Its own connection: a PING every few idle seconds finds a dead one (health_check_interval).
-        self._redis = aioredis.Redis.from_url(url, health_check_interval=5, socket_keepalive=True)
+        self._url = url
         self._listener = listener
         self._local = local
         self._healthy = False
+        self._client: RespClient | None = None
         self._task = asyncio.create_task(self._run(), name="bus-listener")
 
     @property
     def healthy(self) -> bool:
         return self._healthy
 
+    def _pushed(self, parts: list[Any]) -> None:
+        if len(parts) != 4 or parts[0] != b"pmessage":
+            return
+        try:
+            message = json.loads(parts[3])
+        except ValueError:
+            log.warning("bus listener: a message on %r is not JSON", parts[2])
+            return
+        self._listener.deliver(parts[2].decode(), message)
+
     async def _run(self) -> None:
         failures = 0
         patterns = [_pattern(prefix) for prefix in self._listener.prefixes]
         while True:
-            pubsub = self._redis.pubsub()
+            client = self._client = RespClient(self._url, REDIS_ANSWER_SECONDS, on_push=self._pushed)
             try:
-                await pubsub.psubscribe(*patterns)
-                waiting = set(patterns)
-                while waiting:
-                    raw = await pubsub.get_message(timeout=10.0)
-                    if raw is None:
-                        raise TimeoutError("Redis did not confirm the pattern subscription")
-                    if raw["type"] == "psubscribe":
-                        pattern = raw["channel"]
-                        waiting.discard(pattern.decode() if isinstance(pattern, bytes) else pattern)
+                lost = await client.connect()
+                for pattern in patterns:  # one command each: each answers one confirmation
+                    await client.call(b"PSUBSCRIBE", pattern)
                 self._healthy = True
                 failures = 0
                 self._listener.on_reset()  # whatever was published before this subscription was missed
                 while True:
-                    raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
-                    if raw is None or raw["type"] != "pmessage":
-                        continue
-                    channel = raw["channel"]
-                    self._listener.deliver(
-                        channel.decode() if isinstance(channel, bytes) else channel, json.loads(raw["data"])
-                    )
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(lost), self.PING_SECONDS)
+                    if lost.done():
+                        raise RedisConnectionError("the bus listener's connection to Redis was lost")
+                    await client.call(b"PING")
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError, TimeoutError, ValueError) as exc:
@@ -339,8 +393,7 @@ class RedisListening:
                 failures += 1
             finally:
                 self._healthy = False
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await client.close()
 
     async def stop(self) -> None:
         if self._listener in self._local:
@@ -348,7 +401,6 @@ class RedisListening:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-        await self._redis.aclose()
 
 
 def make_bus(redis_url: str | None) -> Bus:

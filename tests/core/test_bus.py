@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 import sqlalchemy as sa
 
-from core.bus import Bus, InProcessBus, RedisBus, Subscription, make_bus
+from core.bus import Bus, InProcessBus, Listening, RedisBus, Subscription, make_bus
 from core.db import Database, publish_after_commit
 from core.ids import new_id
 from core.models import User
+from tests.support.waiting import until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -83,6 +86,52 @@ async def test_redis_bus_crosses_connections() -> None:
             await sender.publish(ch, {"from": "another process"})
             assert await sub.get(timeout=5) == {"from": "another process"}
     finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def _listened(bus: RedisBus, ch: str) -> tuple[Listening, list[dict[str, Any]], list[None]]:
+    heard: list[dict[str, Any]] = []
+    resets: list[None] = []
+    listening = bus.listen((ch,), lambda _channel, message: heard.append(message), lambda: resets.append(None))
+    await until(lambda: _true(listening.healthy))
+    return listening, heard, resets
+
+
+async def _true(value: bool) -> bool | None:
+    return True if value else None
+
+
+async def test_another_process_hears_every_message_in_the_order_published() -> None:
+    sender, receiver = RedisBus(REDIS_URL), RedisBus(REDIS_URL)
+    ch = channel("order")
+    try:
+        _, heard, _ = await _listened(receiver, ch)
+        # The first ones queue while the sender connects; the rest leave as they are published.
+        for n in range(300):
+            await sender.publish(ch, {"n": n})
+            if n % 50 == 0:
+                await asyncio.sleep(0)
+        await until(lambda: _true(len(heard) >= 300))
+        assert heard == [{"n": n} for n in range(300)]
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+async def test_a_listener_whose_connection_is_killed_says_so_and_hears_again() -> None:
+    sender, receiver = RedisBus(REDIS_URL), RedisBus(REDIS_URL)
+    ch = channel("killed")
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        listening, heard, resets = await _listened(receiver, ch)
+        assert len(resets) == 1  # subscribed: what came before it was missed
+        await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await until(lambda: _true(len(resets) >= 3 and listening.healthy))  # lost, then subscribed again
+        await sender.publish(ch, {"after": "the kill"})
+        await until(lambda: _true(heard == [{"after": "the kill"}]))
+    finally:
+        await admin.aclose()
         await sender.close()
         await receiver.close()
 
