@@ -358,11 +358,11 @@ class RedisListening:
         if len(parts) != 4 or parts[0] != b"pmessage":
             return
         try:
-            message = json.loads(parts[3])
-        except ValueError:
+            channel, message = parts[2].decode(), json.loads(parts[3])
+        except ValueError:  # not UTF-8, or not JSON: not one of ours
             log.warning("bus listener: a message on %r is not JSON", parts[2])
             return
-        self._listener.deliver(parts[2].decode(), message)
+        self._listener.deliver(channel, message)
 
     async def _run(self) -> None:
         failures = 0
