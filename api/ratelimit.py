@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from core.resp import RespClient
@@ -181,14 +180,8 @@ class RedisRateLimiter:
         self.policy = policy
         self.prefix = prefix
         self._clock = clock
-        self._redis = aioredis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
-        # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH. Through the
-        # pipelined client of core/resp.py where it reads the URL, redis-py's otherwise.
-        self._script: Any
-        try:
-            self._script = _FastScript(RespClient(url, timeout))
-        except ValueError:
-            self._script = self._redis.register_script(_GCRA_LUA)
+        # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH.
+        self._script = _FastScript(RespClient(url, timeout))
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -199,7 +192,7 @@ class RedisRateLimiter:
         now = "" if self._clock is None else str(self._clock())
         try:
             raw = await self._script(
-                keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now], client=self._redis
+                keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now]
             )
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
@@ -220,19 +213,17 @@ class RedisRateLimiter:
         return self._down_until is not None
 
     async def close(self) -> None:
-        if isinstance(self._script, _FastScript):
-            await self._script.client.close()
-        await self._redis.aclose()
+        await self._script.client.close()
 
 
 class _FastScript:
-    """The GCRA script over core/resp.py's client, called like redis-py's registered script."""
+    """The GCRA script over core/resp.py's client."""
 
     def __init__(self, client: RespClient) -> None:
         self.client = client
         self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
 
-    async def __call__(self, *, keys: list[str], args: list[int | str], client: Any = None) -> Any:
+    async def __call__(self, *, keys: list[str], args: list[int | str]) -> Any:
         try:
             return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:

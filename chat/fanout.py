@@ -30,7 +30,8 @@ from engineio import packet as eio_packet  # type: ignore[import-untyped]
 from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
 from socketio import packet as sio_packet
 
-from core.bus import RedisPublisher, SentInOrder
+from core.bus import SentInOrder
+from core.redis_bus import RedisPublisher
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ class RoomSink:
 class QueuedRoomSink:
     """The event sink of a process whose Socket.IO manager is shared through Redis (a web process with Redis, or
     a worker's write-only manager). Each event is published to Redis at once and never waited for
-    (`core.bus.RedisPublisher`): a commit waits for no round trip, and an agent step's events leave in one write.
+    (`core.redis_bus.RedisPublisher`): a commit waits for no round trip, and an agent step's events leave in one write.
 
     It publishes what python-socketio's `AsyncPubSubManager.emit` publishes, so every web process's manager
     delivers it as its own; the message's form is that library's, whose version range is pinned in

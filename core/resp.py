@@ -1,5 +1,5 @@
 """A minimal pipelined Redis client: the rate limiter's script on every API request, and the bus's publishes and
-pattern subscriptions (core/bus.py).
+pattern subscriptions (core/redis_bus.py).
 
 redis-py's asyncio client costs about 0.12 ms of CPU per command on this path (pool checkout, command packing,
 its RESP3 parser, retry wrapper; bench/README.md): the largest single cost of a cached status request. This

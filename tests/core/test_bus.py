@@ -12,10 +12,11 @@ import pytest
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 
-from core.bus import Bus, InProcessBus, Listening, RedisBus, Subscription, make_bus
+from core.bus import Bus, InProcessBus, Listening, Subscription, make_bus
 from core.db import Database, publish_after_commit
 from core.ids import new_id
 from core.models import User
+from core.redis_bus import RedisBus
 from tests.support.waiting import until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from core.bus import RedisBus
+from core.redis_bus import RedisBus
 from core.resp import RespClient
 from tests.support.waiting import until
 

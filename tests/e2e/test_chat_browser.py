@@ -19,9 +19,9 @@ from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_pl
 
 from agents.worker import Worker
 from chat.fanout import WorkerEmitter
-from core.bus import RedisBus
 from core.db import Database
 from core.models import Decision, Execution
+from core.redis_bus import RedisBus
 from core.settings import Settings
 from tests.chat.helpers import REDIS_URL, REVIEWER, sign_in
 from tests.conftest import make_account
