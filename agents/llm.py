@@ -24,6 +24,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
+from agents.model_names import ProviderFailed
 from agents.tools import TOOLS
 from core.models import Checkpoint, Execution
 
@@ -55,10 +56,6 @@ REQUEST_REVIEW = ToolDefinition(
         "additionalProperties": False,
     },
 )
-
-
-class ProviderFailed(Exception):
-    """The model provider could not answer (after the SDK's retries); the message says why."""
 
 
 def tool_definitions() -> list[ToolDefinition]:

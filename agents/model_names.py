@@ -10,6 +10,10 @@ class ModelUnavailable(Exception):
     """The model name cannot be run here: unknown provider, or its key is missing."""
 
 
+class ProviderFailed(Exception):
+    """The model provider could not answer (after the SDK's retries); the message says why."""
+
+
 def check_model_name(name: str) -> None:
     """Refuse a malformed name before an execution is created with it."""
     if name == OFFLINE:

@@ -9,21 +9,23 @@ and 5xx answers with backoff (honouring Retry-After) up to `agent_request_retrie
 from __future__ import annotations
 
 import os
-
-from anthropic import AsyncAnthropic
-from openai import AsyncOpenAI
-from pydantic_ai.models import Model
-from pydantic_ai.models.anthropic import AnthropicModel
-from pydantic_ai.models.openai import OpenAIChatModel
-from pydantic_ai.providers.anthropic import AnthropicProvider
-from pydantic_ai.providers.openai import OpenAIProvider
+from typing import TYPE_CHECKING
 
 from agents.model_names import ModelUnavailable, check_model_name
 from core.settings import Settings
 
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+    from openai import AsyncOpenAI
+    from pydantic_ai.models import Model
+
 
 class ModelRegistry:
-    """One client per model name for the life of a worker, so connections are reused across steps."""
+    """One client per model name for the life of a worker, so connections are reused across steps.
+
+    A provider's SDK is imported when its first model is built: together they are seconds of imports and tens of
+    MB that a worker running only the offline agent never needs.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -48,6 +50,10 @@ class ModelRegistry:
         timeout = self.settings.agent_request_timeout_seconds
         retries = self.settings.agent_request_retries
         if provider == "openai":
+            from openai import AsyncOpenAI
+            from pydantic_ai.models.openai import OpenAIChatModel
+            from pydantic_ai.providers.openai import OpenAIProvider
+
             base_url = self.settings.agent_base_url or os.environ.get("OPENAI_BASE_URL") or None
             api_key = os.environ.get("OPENAI_API_KEY")
             if api_key is None:
@@ -57,6 +63,10 @@ class ModelRegistry:
             openai_client = AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=retries)
             self._clients.append(openai_client)
             return OpenAIChatModel(model_name, provider=OpenAIProvider(openai_client=openai_client))
+        from anthropic import AsyncAnthropic
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
         api_key = os.environ.get("ANTHROPIC_API_KEY")
         if api_key is None:
             raise ModelUnavailable(f"{name}: set ANTHROPIC_API_KEY")

@@ -10,17 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import llm, offline
+from agents import offline
 from agents.claims import CLAIM_HOLDS, Claim, LeaseLost
-from agents.llm import ProviderFailed
-from agents.model_names import ModelUnavailable
-from agents.model_steps import ModelDriver
+from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
 from agents.providers import ModelRegistry
@@ -32,6 +29,11 @@ from core.settings import Settings
 from review import decide
 from review.notify import checkpoint_awaiting
 from review.timers import schedule_timers
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+    from agents.model_steps import ModelDriver
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +145,10 @@ class ExecutionRunner:
         if state["agent"] == offline.MODEL_NAME:
             driver = OfflineDriver(self, mode)
         else:
+            # Imported here, as in `_initial_state`: the model path loads pydantic_ai and the provider SDKs,
+            # seconds of imports and tens of MB that a worker running only the offline agent never needs.
+            from agents.model_steps import ModelDriver
+
             driver = ModelDriver(self, self._model(state["model"]), mode)
         while True:
             self.enforce_budget(state)
@@ -169,6 +175,8 @@ class ExecutionRunner:
             caller = [cp for cp in checkpoints if cp.origin == "caller"]
             return {**offline.initial_state(execution.task_description, caller), "budget": budget, "usage": usage}
         self._model(execution.agent_model)  # a model this worker cannot run fails the execution before it starts
+        from agents import llm
+
         return {
             "agent": "model",
             "model": execution.agent_model,

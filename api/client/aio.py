@@ -15,7 +15,6 @@ import httpx
 
 from api.client import calls
 from api.client.errors import StreamError, TransportError, VouchError, WaitTimeout
-from api.client.live import follow
 from api.client.models import (
     CreatedTask,
     DecisionAnswer,
@@ -141,6 +140,9 @@ class AsyncClient:
         Follows the chat's Socket.IO namespace with this client's key. A dropped connection (a web process
         restarting) is reconnected for up to `reconnect_for` seconds and resumes after the last seq seen.
         """
+        # Imported here: the Socket.IO client is half a second of imports that only following needs.
+        from api.client.live import follow
+
         return follow(self.base_url, self._api_key, execution_id, after_seq=after_seq, reconnect_for=reconnect_for)
 
     async def wait(

@@ -263,5 +263,3 @@ def checkpoints_decide(ctx: click.Context, execution_id: str, checkpoint_id: str
     answer = _run(ctx, lambda client: client.decide(execution_id, checkpoint_id, decision, comment))
     click.echo(f"{answer.checkpointId} {answer.decision.decision} by {answer.decision.by} via {answer.decision.via}")
 
-
-COMMANDS = (tasks, checkpoints)
