@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 from core.bus import InProcessBus
 from core.db import Database
-from core.models import WebhookAttempt, WebhookDelivery
+from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
 from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, running_worker, vouch_env, wait_until_healthy
@@ -110,6 +110,11 @@ async def test_a_receiver_down_across_a_restart_still_gets_its_delivery(settings
             await _create(base, key, url)
             failed = await until(first_attempt_failed, timeout=30)
         assert failed.status == "pending"  # the process is gone; the row waits for the next one
+        assert failed.next_attempt_at is not None
+        # The first retry is due 5 s (±10 %) after the failure; the outage outlasts it. Time passes in the row, not
+        # in the test: the next process finds the retry due as it would after a longer outage.
+        async with db.transaction() as session:
+            await session.execute(sa.update(WebhookDelivery).values(next_attempt_at=utcnow()))
 
         async with webhook_receiver([secret], port=hook_port) as receiver:
             with running_worker(settings, "worker", **ALLOW):
