@@ -13,10 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import execution_channel
 from core.db import event_after_commit, insert_for, publish_after_commit
+from core.direct import DirectCursor, DirectStatement, run_direct
 from core.models import EVENTS, EXECUTIONS, Event, utcnow
 from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
 
-_INSERT_EVENTS = sa.insert(EVENTS)
+_INSERT_EVENTS = DirectStatement(sa.insert(EVENTS))
 
 
 def event_message(event: Event) -> dict[str, Any]:
@@ -45,7 +46,7 @@ async def append_event(
     return added[0]
 
 
-def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> sa.Update:
+def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectStatement:
     """The UPDATE … RETURNING that gives a batch of events their seqs, built once and run with parameters
     `execution_id`, `count` and those of `where` and `values` (bind parameters).
 
@@ -53,7 +54,7 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> sa.Update:
     statement. Built once because building it costs more than running it, on every agent step.
     """
     columns = EXECUTIONS.c
-    return (
+    return DirectStatement(
         sa.update(EXECUTIONS)
         .where(columns.id == sa.bindparam("execution_id"), *where)
         .values(last_seq=columns.last_seq + sa.bindparam("count", type_=sa.Integer()), **values)
@@ -96,12 +97,12 @@ def _companion_insert(dialect: str, shape: _Shape, source: Any) -> Any:
 
 @functools.cache
 def _allocate_and_insert(
-    allocation: sa.Update, count: int, companions: tuple[_Shape, ...]
-) -> sa.Insert:
+    allocation: DirectStatement, count: int, companions: tuple[_Shape, ...]
+) -> DirectStatement:
     """PostgreSQL: `allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one
     statement, with the rows of `companions` (their shapes) only when the allocation matched. Parameters as the
     allocation's, plus `at`, `type_<n>`, `payload_<n>` for each event and `c<i>_<column>` for each companion."""
-    allocated = allocation.cte("allocated")
+    allocated = allocation.statement.cte("allocated")
     columns = EVENTS.c
     rows = [
         sa.select(
@@ -124,17 +125,18 @@ def _allocate_and_insert(
         values = sa.select(*(sa.bindparam(f"c{i}_{name}", type_=table.c[name].type) for name in names))
         written = _companion_insert("postgresql", shape, values.select_from(allocated))
         statement = statement.add_cte(written.cte(f"companion_{i}"))
-    return statement
+    return DirectStatement(statement)
 
 
 @functools.cache
-def _companion_statement(dialect: str, shape: _Shape) -> Any:
-    return _companion_insert(dialect, shape, None)
+def _companion_statement(dialect: str, shape: _Shape) -> DirectStatement:
+    return DirectStatement(_companion_insert(dialect, shape, None))
 
 
 async def write_row(session: AsyncSession, companion: Companion) -> None:
     """Write a companion's row on its own, in the caller's transaction (a statement built once per shape)."""
-    await session.execute(_companion_statement(session.get_bind().dialect.name, companion.shape), companion.row)
+    statement = _companion_statement(session.get_bind().dialect.name, companion.shape)
+    await run_direct(session, lambda cursor: cursor.execute(statement, companion.row))
 
 
 async def append_events(
@@ -142,7 +144,7 @@ async def append_events(
     execution_id: str,
     items: Sequence[tuple[str, dict[str, Any]]],
     *,
-    allocation: sa.Update = _ALLOCATE,
+    allocation: DirectStatement = _ALLOCATE,
     parameters: dict[str, Any] | None = None,
     companions: Sequence[Companion] = (),
 ) -> list[Event] | None:
@@ -154,12 +156,21 @@ async def append_events(
     bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
     dialect = session.get_bind().dialect.name
     if dialect != "postgresql":
-        allocated = (await session.execute(allocation, bound)).scalar_one_or_none()
-        if allocated is None:
-            return None
-        for companion in companions:
-            await write_row(session, companion)
-        return await add_numbered_events(session, execution_id, allocated - len(items) + 1, items)
+        now = utcnow()
+
+        def write(cursor: DirectCursor) -> list[dict[str, Any]] | None:
+            allocated = cursor.execute(allocation, bound)
+            if not allocated:
+                return None
+            for companion in companions:
+                cursor.execute(_companion_statement(dialect, companion.shape), companion.row)
+            rows = _rows(execution_id, allocated[0][0] - len(items) + 1, items, now)
+            cursor.executemany(_INSERT_EVENTS, rows)
+            return rows
+
+        # One call to the driver for the allocation, the companions and the events.
+        written = await run_direct(session, write)
+        return None if written is None else await _announce(session, written)
     # One statement, one round trip: the allocation, the rows and the companions together.
     now = utcnow()
     for n, (type_, payload) in enumerate(items):
@@ -167,8 +178,9 @@ async def append_events(
     for i, companion in enumerate(companions):
         bound.update({f"c{i}_{name}": value for name, value in companion.row.items()})
     statement = _allocate_and_insert(allocation, len(items), tuple(companion.shape for companion in companions))
-    seqs = (await session.execute(statement, {**bound, "at": now})).scalars()
-    first = min(seqs, default=None)
+    bound["at"] = now
+    seqs = await run_direct(session, lambda cursor: cursor.execute(statement, bound))
+    first = min((seq for (seq,) in seqs), default=None)
     if first is None:
         return None
     return await _announce(session, _rows(execution_id, first, items, now))
@@ -181,7 +193,7 @@ async def add_numbered_events(
     (a claim's UPDATE, a new execution's INSERT), `first` onwards: one statement fewer than `append_events`."""
     rows = _rows(execution_id, first, items, utcnow())
     # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
-    await session.execute(_INSERT_EVENTS, rows)
+    await run_direct(session, lambda cursor: cursor.executemany(_INSERT_EVENTS, rows))
     return await _announce(session, rows)
 
 

@@ -273,6 +273,16 @@ class _InlineDBAPI(AsyncAdapt_aiosqlite_dbapi):
         return _InlineConnection(self, await_only(creator(*args, **kwargs)))
 
 
+def inline_connection(connection: Connection) -> sqlite3.Connection | None:
+    """The sqlite3 connection under `connection` while its write transaction runs inline on the loop's thread:
+    statements may then be sent to it directly, without a greenlet or a thread hand-off. None otherwise."""
+    adapted = connection.connection.dbapi_connection
+    driver = adapted._connection if isinstance(adapted, _InlineConnection) else None
+    if isinstance(driver, _LoopConnection) and driver.runs_inline:
+        return driver._conn
+    return None
+
+
 def make_sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
     database = make_url(url).database or ":memory:"
 
