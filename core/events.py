@@ -20,7 +20,19 @@ from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
 _INSERT_EVENTS = DirectStatement(sa.insert(EVENTS))
 
 
-def event_message(event: Event) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class AddedEvent:
+    """An event added in this transaction, as its row holds it. Plain values: an ORM `Event` costs more to make
+    than the statement that inserted its row, on every agent step."""
+
+    execution_id: str
+    seq: int
+    type: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+def event_message(event: Event | AddedEvent) -> dict[str, Any]:
     """The wire form of an event, the same from the database replay and from the bus."""
     return {
         "executionId": event.execution_id,
@@ -39,7 +51,7 @@ def isoformat(moment: datetime | None) -> str | None:
 
 async def append_event(
     session: AsyncSession, execution_id: str, type_: str, payload: dict[str, Any] | None = None
-) -> Event:
+) -> AddedEvent:
     """Add an event in the caller's transaction; it is published once that commits."""
     added = await append_events(session, execution_id, [(type_, payload or {})])
     assert added is not None  # no condition: the row is there (its foreign key says so)
@@ -147,7 +159,7 @@ async def append_events(
     allocation: DirectStatement = _ALLOCATE,
     parameters: dict[str, Any] | None = None,
     companions: Sequence[Companion] = (),
-) -> list[Event] | None:
+) -> list[AddedEvent] | None:
     """Add several events with one seq allocation (see `seq_allocation`) for all of them, and with them the rows
     of `companions`. On PostgreSQL that is one statement, whatever the number of events and companions.
 
@@ -188,7 +200,7 @@ async def append_events(
 
 async def add_numbered_events(
     session: AsyncSession, execution_id: str, first: int, items: Sequence[tuple[str, dict[str, Any]]]
-) -> list[Event]:
+) -> list[AddedEvent]:
     """Add events whose seqs the caller has already taken from `executions.last_seq` in its own statement
     (a claim's UPDATE, a new execution's INSERT), `first` onwards: one statement fewer than `append_events`."""
     rows = _rows(execution_id, first, items, utcnow())
@@ -203,7 +215,7 @@ async def announce_events(
     first: int,
     items: Sequence[tuple[str, dict[str, Any]]],
     at: datetime,
-) -> list[Event]:
+) -> list[AddedEvent]:
     """Events whose rows the caller's own statement inserted (seqs `first` onwards, `created_at` = `at`): their
     webhooks and their publishing after commit, as for events added here."""
     return await _announce(session, _rows(execution_id, first, items, at))
@@ -218,10 +230,9 @@ def _rows(
     ]
 
 
-async def _announce(session: AsyncSession, rows: list[dict[str, Any]]) -> list[Event]:
+async def _announce(session: AsyncSession, rows: list[dict[str, Any]]) -> list[AddedEvent]:
     """Queue the webhooks the events call for, and their publishing after commit."""
-    # The Event objects handed back are values (no ids), never added to the session.
-    events = [Event(**row) for row in rows]
+    events = [AddedEvent(**row) for row in rows]
     for event in events:
         if event.type in WEBHOOK_EVENT_TYPES:  # one set lookup for every other event: the agent's hot path
             # The webhook outbox row commits with the event (and the final state beside it), or neither does.

@@ -14,7 +14,7 @@ the execution has finished, and `data.status` tells how. A task can also ask (`w
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,7 +23,10 @@ from core.bus import CACHE_CHANNEL
 from core.db import publish_after_commit
 from core.ids import new_id
 from core.metrics import execution_metrics
-from core.models import Event, Execution, WebhookAttempt, WebhookDelivery, utcnow
+from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
+
+if TYPE_CHECKING:
+    from core.events import AddedEvent
 
 WEBHOOK_CHANNEL = "vouch:webhooks"
 COMPLETION = "execution.completed"
@@ -77,7 +80,7 @@ def _completion_payload(row: sa.Row[Any], metrics: dict[str, Any]) -> dict[str, 
     }
 
 
-def _checkpoint_payload(row: sa.Row[Any], event: Event) -> dict[str, Any]:
+def _checkpoint_payload(row: sa.Row[Any], event: AddedEvent) -> dict[str, Any]:
     data: dict[str, Any] = {"executionId": row.id, "taskName": row.task_name}
     data.update({key: event.payload[key] for key in _CHECKPOINT_FIELDS if key in event.payload})
     data["statusUrl"] = STATUS_PATH.format(execution_id=row.id)
@@ -122,7 +125,7 @@ def _queue(session: AsyncSession, row: sa.Row[Any], url: str, payload: dict[str,
     return delivery
 
 
-async def enqueue_for_event(session: AsyncSession, event: Event) -> WebhookDelivery | None:
+async def enqueue_for_event(session: AsyncSession, event: AddedEvent) -> WebhookDelivery | None:
     """Queue the webhook an event calls for, if any, in the caller's transaction."""
     if event.type not in WEBHOOK_EVENT_TYPES:
         return None
