@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
 
 from core.db import Database, one_of
+from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events, announce_events
 from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
 
@@ -77,19 +77,22 @@ def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
 
 # Built once (every run starts with a claim): by id, and the oldest runnable, which PostgreSQL skips past rows
 # another worker is claiming for. PostgreSQL re-checks a claim by id once a concurrent claim's row lock is released.
-_CLAIM_BY_ID = _claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable()))
+# Sent straight to the driver (core/direct.py).
+_CLAIM_BY_ID = DirectStatement(_claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable())))
 _OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable()).order_by(EXECUTIONS.c.created_at).limit(1)
 _CLAIM_OLDEST = {
-    "sqlite": _claiming(EXECUTIONS.c.id == _OLDEST.scalar_subquery()),
-    "postgresql": _claiming(EXECUTIONS.c.id == _OLDEST.with_for_update(skip_locked=True).scalar_subquery()),
+    "sqlite": DirectStatement(_claiming(EXECUTIONS.c.id == _OLDEST.scalar_subquery())),
+    "postgresql": DirectStatement(
+        _claiming(EXECUTIONS.c.id == _OLDEST.with_for_update(skip_locked=True).scalar_subquery())
+    ),
 }
 
 
 @functools.cache
-def _claiming_with_event(claiming: sa.Update) -> sa.Select[Any]:
+def _claiming_with_event(claiming: DirectStatement) -> DirectStatement:
     """PostgreSQL: `claiming` and the claim's event (`execution.started` at the first epoch, else
     `execution.resumed`; payload `claim_payload`) in one statement, a data-modifying CTE. Returns as `claiming`."""
-    claimed = claiming.cte("claimed")
+    claimed = claiming.statement.cte("claimed")
     started = sa.case((claimed.c.lease_epoch == 1, "execution.started"), else_="execution.resumed")
     event = sa.select(
         claimed.c.id,
@@ -100,7 +103,7 @@ def _claiming_with_event(claiming: sa.Update) -> sa.Select[Any]:
     )
     columns = ["execution_id", "seq", "type", "payload", "created_at"]
     logged = sa.insert(EVENTS).from_select(columns, event).cte("logged")
-    return sa.select(claimed.c.id, claimed.c.lease_epoch, claimed.c.last_seq).add_cte(logged)
+    return DirectStatement(sa.select(claimed.c.id, claimed.c.lease_epoch, claimed.c.last_seq).add_cte(logged))
 
 
 async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_id: str | None) -> Claim | None:
@@ -117,12 +120,13 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
             claiming = _CLAIM_OLDEST[db.dialect]
         # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
         payload = {"worker": worker_id}
-        statement: sa.Executable = claiming
+        statement = claiming
         if db.dialect == "postgresql":
             statement, parameters["claim_payload"] = _claiming_with_event(claiming), payload
-        row = (await session.execute(statement, parameters)).first()
-        if row is None:
+        rows = await run_direct(session, lambda cursor: cursor.execute(statement, parameters))
+        if not rows:
             return None
+        row = rows[0]
         claim = Claim(row[0], row[1])
         started = [("execution.started" if claim.epoch == 1 else "execution.resumed", payload)]
         if db.dialect == "postgresql":

@@ -19,6 +19,7 @@ from api.services import db_session, services
 from api.status_cache import serve_status
 from core.bus import WAKE_CHANNEL
 from core.db import commits_alone, publish_after_commit
+from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events, announce_events
 from core.ids import new_id
 from core.links import chat_url
@@ -55,7 +56,7 @@ def checkpoint_count(task: CreateTaskIn) -> int:
 
 
 @functools.cache
-def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> sa.Insert:
+def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> DirectStatement:
     """The new execution's INSERT … RETURNING of columns `names`, built once: parameters as those, plus `key_id` and
     `slot_limit` when `limited` (a free slot is its condition: api/concurrency.py). On PostgreSQL its
     `execution.created` event (`event_type`, `event_payload`) is inserted by the same statement, a
@@ -66,7 +67,7 @@ def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> sa.Insert:
         values = values.where(slot_free(dialect))
     insert = sa.insert(EXECUTIONS).from_select(names, values).returning(columns.id)
     if dialect != "postgresql":
-        return insert
+        return DirectStatement(insert)
     created = insert.cte("created")
     event = sa.select(
         created.c.id,
@@ -75,7 +76,7 @@ def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> sa.Insert:
         sa.bindparam("event_payload", type_=EVENTS.c.payload.type),
         sa.bindparam("created_at", type_=columns.created_at.type),
     ).select_from(created)
-    return (
+    return DirectStatement(
         sa.insert(EVENTS)
         .from_select(["execution_id", "seq", "type", "payload", "created_at"], event)
         .returning(EVENTS.c.execution_id)
@@ -135,8 +136,10 @@ async def create_execution(
         if not planned:
             # The execution and its event are then the whole create: one statement, committing by itself.
             await commits_alone(session)
-    # Core, built once: the ORM's unit of work costs more than the statements, on the path every create takes.
-    if (await session.execute(_creating(dialect, limited, tuple(row)), parameters)).first() is None:
+    # Built once and sent straight to the driver: the ORM's unit of work, and even Core's execution, cost more
+    # than the statement, on the path every create takes (core/direct.py).
+    creating = _creating(dialect, limited, tuple(row))
+    if not await run_direct(session, lambda cursor: cursor.execute(creating, parameters)):
         assert concurrency_limit is not None  # only the slot condition can refuse the row
         raise await no_free_slot(session, caller.key_id, concurrency_limit)
     if dialect == "postgresql":

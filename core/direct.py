@@ -51,7 +51,7 @@ class _Compiled:
 class DirectStatement:
     """A Core statement for `run_direct` (see the module's text)."""
 
-    def __init__(self, statement: sa.Insert | sa.Update | sa.Delete) -> None:
+    def __init__(self, statement: sa.Insert | sa.Update | sa.Delete | sa.Select[Any]) -> None:
         self.statement = statement
         self._compiled: dict[tuple[str, tuple[str, ...]], _Compiled] = {}
 
@@ -86,7 +86,8 @@ class DirectCursor:
         self._dialect = dialect
 
     def execute(self, statement: DirectStatement, parameters: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """The rows it returned (RETURNING), or none."""
+        """The rows it returned (a SELECT's, a RETURNING's), or none: values as the driver gives them, which no
+        result processor has seen (fine for ids, counts and text; not for JSON or aware datetimes on SQLite)."""
         compiled = statement.compiled_for(self._dialect, tuple(parameters))
         values = compiled.values(parameters)
         cursor = self._cursor
