@@ -85,10 +85,12 @@ class Execution(Base):
         sa.Index("ix_executions_claim", "status", "lease_until"),
         # The list endpoint pages newest first by (created_at, id) within one user.
         sa.Index("ix_executions_user_created", "user_id", "created_at", "id"),
+        # Every create counts its key's executions in progress (api/concurrency.py).
+        sa.Index("ix_executions_key_status", "api_key_id", "status"),
     )
     id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
     user_id: Mapped[str] = mapped_column(sa.ForeignKey("users.id", ondelete="CASCADE"), index=True)
-    api_key_id: Mapped[str | None] = mapped_column(sa.ForeignKey("api_keys.id", ondelete="SET NULL"), index=True)
+    api_key_id: Mapped[str | None] = mapped_column(sa.ForeignKey("api_keys.id", ondelete="SET NULL"))
     task_name: Mapped[str] = mapped_column(sa.String(200))
     task_description: Mapped[str] = mapped_column(sa.Text)
     test_mode: Mapped[str] = mapped_column(sa.String(32))
