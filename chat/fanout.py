@@ -63,6 +63,8 @@ class QueuedRoomSink:
     """The event sink of a process whose Socket.IO manager is shared through Redis (a web process with Redis, or
     a worker's write-only manager). Each event is published to Redis at once and never waited for
     (`core.redis_bus.RedisPublisher`): a commit waits for no round trip, and an agent step's events leave in one write.
+    The publisher is the caller's, and the bus's where there is one: the chat's messages and the bus's of one
+    commit then leave in one write on one connection, not one on each.
 
     It publishes what python-socketio's `AsyncPubSubManager.emit` publishes, so every web process's manager
     delivers it as its own; the message's form is that library's, whose version range is pinned in
@@ -71,9 +73,9 @@ class QueuedRoomSink:
     wait for a room's fan-out either.
     """
 
-    def __init__(self, manager: socketio.AsyncPubSubManager, redis_url: str, *, local: bool) -> None:
+    def __init__(self, manager: socketio.AsyncPubSubManager, publisher: RedisPublisher, *, local: bool) -> None:
         self._manager = manager
-        self._publisher = RedisPublisher(redis_url)
+        self._publisher = publisher
         self._local: SentInOrder[dict[str, Any]] | None = SentInOrder(self._emit, "chat-emitter") if local else None
 
     async def __call__(self, message: dict[str, Any]) -> None:
@@ -103,10 +105,10 @@ class QueuedRoomSink:
         }
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Deliver and send what was put so far (waiting at most `timeout` seconds each), then let go of Redis."""
+        """Deliver to this process's rooms what was put so far (waiting at most `timeout` seconds). What went to
+        Redis leaves when the publisher's owner closes it."""
         if self._local is not None:
             await self._local.flush(timeout)
-        await self._publisher.close(timeout)
 
 
 class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
@@ -310,11 +312,16 @@ async def listen_before_serving(server: socketio.AsyncServer, timeout: float = 1
 
 
 class WorkerEmitter:
-    """A worker's sink: a write-only Redis manager, no server, no Quart."""
+    """A worker's sink: a write-only Redis manager, no server, no Quart. It publishes through `publisher` (the
+    worker's bus's) or, given none, through one of its own."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, publisher: RedisPublisher | None = None) -> None:
         self.manager = socketio.AsyncRedisManager(redis_url, write_only=True)
-        self.sink = QueuedRoomSink(self.manager, redis_url, local=False)
+        self._owns_publisher = publisher is None
+        self._publisher = publisher if publisher is not None else RedisPublisher(redis_url)
+        self.sink = QueuedRoomSink(self.manager, self._publisher, local=False)
 
     async def close(self) -> None:
         await self.sink.close()
+        if self._owns_publisher:
+            await self._publisher.close()

@@ -37,6 +37,7 @@ from chat.fanout import NAMESPACE, QueuedRoomSink, RoomSink, listen_before_servi
 from core.db import Database
 from core.events import event_message, events_after
 from core.models import Checkpoint, Execution, utcnow
+from core.redis_bus import RedisBus
 from core.settings import Settings
 from review import DecisionError, decide
 from review.access import may_decide
@@ -271,15 +272,18 @@ def mount_chat(app: Quart, settings: Settings) -> socketio.ASGIApp:
     """Socket.IO beside the Quart app; committed events flow into its rooms once the app serves."""
     server = make_server(settings)
     server.register_namespace(ChatNamespace(app, settings))
-    # With Redis an emit is a publish (the local rooms hear it back from Redis): no commit should wait for it.
     sink: QueuedRoomSink | RoomSink = RoomSink(server)
-    if settings.redis_url:
-        sink = QueuedRoomSink(server.manager, settings.redis_url, local=True)
 
     @app.before_serving
     async def start_chat() -> None:
-        # Registered after create_app's own start-up, so the Database (and an embedded worker) exist.
-        app.extensions["vouch"].db.add_event_sink(sink)
+        nonlocal sink
+        # Registered after create_app's own start-up, so the Database, its bus (and an embedded worker) exist.
+        services = app.extensions["vouch"]
+        if isinstance(services.bus, RedisBus):
+            # With Redis an emit is a publish (the local rooms hear it back from Redis): no commit should wait for
+            # it. It goes out on the bus's connection, in the same write as the bus's messages of its commit.
+            sink = QueuedRoomSink(server.manager, services.bus.publisher, local=True)
+        services.db.add_event_sink(sink)
         await listen_before_serving(server)
 
     @app.after_serving

@@ -137,10 +137,13 @@ def worker() -> None:
         database = Database(settings.database_url, bus)
         emitter = None
         if settings.redis_url:
-            # Chat watchers sit on the web processes: this worker's events reach them through Redis.
+            # Chat watchers sit on the web processes: this worker's events reach them through Redis, on the
+            # bus's connection.
             from chat.fanout import WorkerEmitter
+            from core.redis_bus import RedisBus
 
-            emitter = WorkerEmitter(settings.redis_url)
+            assert isinstance(bus, RedisBus)  # make_bus's choice for a Redis URL
+            emitter = WorkerEmitter(settings.redis_url, bus.publisher)
             database.add_event_sink(emitter.sink)
         try:
             await Worker(settings, database).run(stop)

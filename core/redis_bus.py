@@ -131,6 +131,12 @@ class RedisBus:
         self._listeners: list[LocalListener] = []
         self._listenings: list[RedisListening] = []
 
+    @property
+    def publisher(self) -> RedisPublisher:
+        """For this process's other messages to Redis (the chat's): those of one commit then leave with the
+        bus's in one write, on one connection. The bus closes it."""
+        return self._publisher
+
     async def publish(self, channel: str, message: dict[str, Any]) -> None:
         """Heard in this process before this returns, and on its way to Redis (`RedisPublisher`)."""
         # Other processes hear it through Redis (and this one a second time, harmlessly).

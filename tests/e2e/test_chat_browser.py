@@ -72,7 +72,7 @@ def scaled_web(web_settings: Settings) -> Iterator[str]:
 async def worker_running(settings: Settings) -> AsyncIterator[None]:
     """A worker set up as `vouch worker` sets itself up with Redis: wake-ups and chat events through Redis."""
     bus = RedisBus(REDIS_URL)
-    emitter = WorkerEmitter(REDIS_URL)
+    emitter = WorkerEmitter(REDIS_URL, bus.publisher)
     database = Database(settings.database_url, bus)
     database.add_event_sink(emitter.sink)
     stop = asyncio.Event()
