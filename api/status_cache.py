@@ -1,13 +1,13 @@
 """The per-process status-record cache: `GET /api/eval/status/<id>` without a database read when nothing changed.
 
-An entry per execution holds the record's JSON body, already encoded, split around the two parts that are not
-facts of the rows and so are filled in at serve time:
+An entry per execution holds the record's JSON body, already encoded, split around the parts that are not facts
+of the rows and so are filled in at serve time:
 
 - `chatUrl`, which names the host the request used when no base URL is configured;
-- `metrics`, whose open intervals (`durationMs`, a review wait still open) run to *now* while the execution has
-  not finished: they are computed per request from the cached facts (`core.metrics.metrics_of`), so a cached
-  record reads exactly as a fresh one would at that moment. A finished execution's metrics are fixed, and cached
-  encoded too.
+- the metrics' open intervals (`durationMs`, `reviewWaitMs`, each `reviewLatencyMs[].ms`), which
+  run to *now* while the execution has not finished: they are computed per request from what the entry counted
+  once (`core.metrics.MetricsSoFar`), so a cached record reads exactly as a fresh one would at that moment. A
+  finished execution's metrics are fixed, and encoded in the body like the rest.
 
 Ownership is not part of the entry: the owner's id is, and every request compares it with the caller's (another
 account's execution answers 404, cached or not).
@@ -27,10 +27,10 @@ hear, and bypassed while its bus listener is down (core/cache.py).
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from quart import Response, current_app
@@ -42,16 +42,14 @@ from api.status import record_and_facts
 from core.auth_cache import ApiKeyCache
 from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
 from core.cache import InvalidatingCache
-from core.metrics import FINAL_STATUSES, RunFacts, metrics_of
+from core.metrics import FINAL_STATUSES, MetricsSoFar, RunFacts
 from core.models import utcnow
 from core.webhooks import invalidate_status_after_commit
 
 __all__ = ["StatusCache", "invalidate_status_after_commit", "listen_for_invalidations", "serve_status"]
 
 MAX_RECORDS = 10_000
-# Fields filled in per request; the cached body holds a placeholder for each, unique to this process so that no
-# stored text can look like one.
-_LIVE_FIELDS = ("chatUrl", "metrics")
+# A placeholder for each field filled in per request, unique to this process so that no stored text can look like one.
 _MARK = secrets.token_hex(16)
 
 
@@ -75,7 +73,7 @@ class CachedStatus:
     user_id: str
     record: dict[str, Any]
     # None once the metrics no longer depend on the clock; they are then in `metrics_json`.
-    facts: RunFacts | None
+    so_far: MetricsSoFar | None
     metrics_json: str | None
     # The compact body cut at the live fields' placeholders, and which field fills each cut; None when the app
     # pretty-prints JSON (debug), where a spliced part would not be indented like the rest.
@@ -86,12 +84,23 @@ class CachedStatus:
     def of(cls, user_id: str, record: dict[str, Any], facts: RunFacts) -> CachedStatus:
         execution = facts.execution
         fixed = execution.status in FINAL_STATUSES and execution.completed_at is not None
-        metrics_json = _dumps(metrics_of(facts)) if fixed else None
+        so_far = MetricsSoFar.of(facts)
+        metrics_json = _dumps(so_far.at(facts.end)) if fixed else None
         pieces: tuple[str, ...] | None = None
         slots: list[str] = []
         if _compact():
-            marks = {field: f"{_MARK}:{field}" for field in _LIVE_FIELDS}
-            body = _dumps({**record, **marks}) + "\n"
+            marks = {"chatUrl": f"{_MARK}:chatUrl"}
+            metrics = so_far.at(facts.end)
+            if not fixed:
+                # The clock's numbers are cut out one by one, each wait's `ms` too: a request writes integers
+                # into the body and encodes nothing else but the chat URL.
+                waits = (f"wait{i}" for i in range(len(metrics["reviewLatencyMs"])))
+                marks.update({field: f"{_MARK}:{field}" for field in ("durationMs", "reviewWaitMs", *waits)})
+                metrics["durationMs"], metrics["reviewWaitMs"] = marks["durationMs"], marks["reviewWaitMs"]
+                metrics["reviewLatencyMs"] = [
+                    dict(entry, ms=marks[f"wait{i}"]) for i, entry in enumerate(metrics["reviewLatencyMs"])
+                ]
+            body = _dumps({**record, "chatUrl": marks["chatUrl"], "metrics": metrics}) + "\n"
             found = sorted((body.index(_dumps(mark)), field) for field, mark in marks.items())
             cut, start = [], 0
             for at, field in found:
@@ -100,16 +109,25 @@ class CachedStatus:
                 slots.append(field)
             cut.append(body[start:])
             pieces = tuple(cut)
-        return cls(user_id, record, None if fixed else facts, metrics_json, pieces, tuple(slots))
+        return cls(user_id, record, None if fixed else so_far, metrics_json, pieces, tuple(slots))
 
-    def response(self, chat_url: str) -> Response:
-        if self.facts is not None:
-            metrics: Any = metrics_of(dataclasses.replace(self.facts, now=utcnow()))
+    def response(self, chat_url: str, now: datetime | None = None) -> Response:
+        """The record as it reads at `now` (the request's moment unless given)."""
         if self.pieces is None:
             record = dict(self.record, chatUrl=chat_url)
-            record["metrics"] = metrics if self.facts is not None else current_app.json.loads(self.metrics_json or "")
+            record["metrics"] = (
+                self.so_far.at(now or utcnow())
+                if self.so_far is not None
+                else current_app.json.loads(self.metrics_json or "")
+            )
             return current_app.response_class(_pretty(record), mimetype="application/json")
-        live = {"chatUrl": _dumps(chat_url), "metrics": self.metrics_json or _dumps(metrics)}
+        live = {"chatUrl": _dumps(chat_url)}
+        if self.so_far is not None:
+            clock = self.so_far.clock_fields(now or utcnow())
+            # Integers (core.metrics.ms_between), which JSON writes as Python does.
+            live["durationMs"], live["reviewWaitMs"] = str(clock["durationMs"]), str(clock["reviewWaitMs"])
+            for i, entry in enumerate(clock["reviewLatencyMs"]):
+                live[f"wait{i}"] = str(entry["ms"])
         parts = [self.pieces[0]]
         for slot, piece in zip(self.slots, self.pieces[1:], strict=True):
             parts.append(live[slot])

@@ -158,53 +158,92 @@ def _number(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
+@dataclass(frozen=True)
+class MetricsSoFar:
+    """`metrics_of` with the clock left out: what the facts fix is counted once, and `at(end)` adds the
+    intervals that run to `end`. The status cache keeps one per unfinished execution, so a request computes
+    only the part that moves (api/status_cache.py)."""
+
+    # Every field, in metrics_of's order; those that run to the execution's end (durationMs, reviewWaitMs,
+    # reviewLatencyMs) are None until `at` fills them.
+    counted: dict[str, Any]
+    created_at: datetime
+    # (checkpoint id, attempt, start, end); the end is None for a wait that runs to the execution's end.
+    waits: tuple[tuple[str, int, datetime, datetime | None], ...]
+
+    @classmethod
+    def of(cls, facts: RunFacts) -> MetricsSoFar:
+        tool_calls: dict[str, int] = {}
+        steps = model_requests = input_tokens = output_tokens = revisions = 0
+        agent_ms = 0.0
+        costs: list[float | None] = []
+        for event in facts.events:
+            payload = event.payload
+            if event.type == "tool.call":
+                tool = str(payload.get("tool", "?"))
+                tool_calls[tool] = tool_calls.get(tool, 0) + 1
+            elif event.type == "tool.result":
+                steps += 1
+                agent_ms += _number(payload.get("durationMs"))
+            elif event.type == "model.request":
+                model_requests += 1
+                agent_ms += _number(payload.get("durationMs"))
+                input_tokens += int(_number(payload.get("inputTokens")))
+                output_tokens += int(_number(payload.get("outputTokens")))
+                cost = payload.get("costUsd")
+                costs.append(_number(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None)
+            elif event.type == "checkpoint.revision_requested":
+                revisions += 1
+        known = bool(costs) and all(cost is not None for cost in costs)
+        execution = facts.execution
+        counted = {
+            "durationMs": None,
+            "agentMs": round(agent_ms),
+            "reviewWaitMs": None,
+            "timeToFirstEventMs": (
+                ms_between(execution.created_at, facts.first_agent_event_at) if facts.first_agent_event_at else None
+            ),
+            "steps": steps,
+            "modelRequests": model_requests,
+            "inputTokens": input_tokens,
+            "outputTokens": output_tokens,
+            "toolCalls": sum(tool_calls.values()),
+            "toolCallsByTool": dict(sorted(tool_calls.items())),
+            "checkpointsApproved": sum(1 for d in facts.decisions if d.decision == "approve"),
+            "checkpointsRejected": sum(1 for d in facts.decisions if d.decision == "reject"),
+            "revisions": revisions,
+            "reviewLatencyMs": None,
+            # Rounded to a millionth of a dollar so that float sums read the same everywhere.
+            "costUsd": round(sum(cost or 0.0 for cost in costs), 6) if known else None,
+        }
+        waits = tuple(
+            # A wait without a decision runs to the execution's end (review_waits gave it facts.end).
+            (wait.checkpoint_id, wait.attempt, wait.start, wait.end if wait.decision is not None else None)
+            for wait in review_waits(facts)
+        )
+        return cls(counted, execution.created_at, waits)
+
+    def clock_fields(self, end: datetime) -> dict[str, Any]:
+        """The fields that run to the end, for an execution whose end (or now, while it is not final) is `end`."""
+        latency = [
+            {"checkpointId": checkpoint_id, "attempt": attempt, "ms": ms_between(start, wait_end or end)}
+            for checkpoint_id, attempt, start, wait_end in self.waits
+        ]
+        return {
+            "durationMs": ms_between(self.created_at, end),
+            "reviewWaitMs": sum(entry["ms"] for entry in latency),
+            "reviewLatencyMs": latency,
+        }
+
+    def at(self, end: datetime) -> dict[str, Any]:
+        """The metrics of an execution whose end (or now, while it is not final) is `end`."""
+        metrics = dict(self.counted)
+        metrics.update(self.clock_fields(end))
+        return metrics
+
+
 def metrics_of(facts: RunFacts) -> dict[str, Any]:
-    execution = facts.execution
-    tool_calls: dict[str, int] = {}
-    steps = model_requests = input_tokens = output_tokens = revisions = 0
-    agent_ms = 0.0
-    costs: list[float | None] = []
-    for event in facts.events:
-        payload = event.payload
-        if event.type == "tool.call":
-            tool = str(payload.get("tool", "?"))
-            tool_calls[tool] = tool_calls.get(tool, 0) + 1
-        elif event.type == "tool.result":
-            steps += 1
-            agent_ms += _number(payload.get("durationMs"))
-        elif event.type == "model.request":
-            model_requests += 1
-            agent_ms += _number(payload.get("durationMs"))
-            input_tokens += int(_number(payload.get("inputTokens")))
-            output_tokens += int(_number(payload.get("outputTokens")))
-            cost = payload.get("costUsd")
-            costs.append(_number(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None)
-        elif event.type == "checkpoint.revision_requested":
-            revisions += 1
-    waits = review_waits(facts)
-    known = bool(costs) and all(cost is not None for cost in costs)
-    return {
-        "durationMs": ms_between(execution.created_at, facts.end),
-        "agentMs": round(agent_ms),
-        "reviewWaitMs": sum(wait.ms for wait in waits),
-        "timeToFirstEventMs": (
-            ms_between(execution.created_at, facts.first_agent_event_at) if facts.first_agent_event_at else None
-        ),
-        "steps": steps,
-        "modelRequests": model_requests,
-        "inputTokens": input_tokens,
-        "outputTokens": output_tokens,
-        "toolCalls": sum(tool_calls.values()),
-        "toolCallsByTool": dict(sorted(tool_calls.items())),
-        "checkpointsApproved": sum(1 for d in facts.decisions if d.decision == "approve"),
-        "checkpointsRejected": sum(1 for d in facts.decisions if d.decision == "reject"),
-        "revisions": revisions,
-        "reviewLatencyMs": [
-            {"checkpointId": wait.checkpoint_id, "attempt": wait.attempt, "ms": wait.ms} for wait in waits
-        ],
-        # Rounded to a millionth of a dollar so that float sums read the same everywhere.
-        "costUsd": round(sum(cost or 0.0 for cost in costs), 6) if known else None,
-    }
+    return MetricsSoFar.of(facts).at(facts.end)
 
 
 async def execution_metrics(
