@@ -85,12 +85,12 @@ class CachedStatus:
         execution = facts.execution
         fixed = execution.status in FINAL_STATUSES and execution.completed_at is not None
         so_far = MetricsSoFar.of(facts)
-        metrics_json = _dumps(so_far.at(facts.end)) if fixed else None
+        metrics = so_far.at(facts.end)
+        metrics_json = _dumps(metrics) if fixed else None
         pieces: tuple[str, ...] | None = None
         slots: list[str] = []
         if _compact():
             marks = {"chatUrl": f"{_MARK}:chatUrl"}
-            metrics = so_far.at(facts.end)
             if not fixed:
                 # The clock's numbers are cut out one by one, each wait's `ms` too: a request writes integers
                 # into the body and encodes nothing else but the chat URL.
