@@ -100,6 +100,9 @@ class _QueueSubscription:
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     async def get(self, timeout: float | None = None) -> dict[str, Any] | None:
+        if timeout is not None and timeout <= 0:
+            # What is queued already. (wait_for with no time left gives up before queue.get has even run.)
+            return None if self.queue.empty() else self.queue.get_nowait()
         try:
             return await asyncio.wait_for(self.queue.get(), timeout)
         except TimeoutError:

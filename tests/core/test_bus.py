@@ -48,6 +48,16 @@ async def test_get_times_out_with_none(bus: Bus) -> None:
         assert await sub.get(timeout=0) is None
 
 
+async def test_in_process_get_without_waiting_returns_what_is_queued() -> None:
+    """`get(timeout=0)` is how tests say "nothing was published yet": it must see a message that was."""
+    bus = InProcessBus()
+    ch = channel("queued")
+    async with bus.subscribe(ch) as sub:
+        await bus.publish(ch, {"n": 1})
+        assert await sub.get(timeout=0) == {"n": 1}
+        assert await sub.get(timeout=0) is None
+
+
 async def test_messages_reach_only_that_channels_subscribers(bus: Bus) -> None:
     a, b = channel("a"), channel("b")
     async with bus.subscribe(a) as sub_a, bus.subscribe(b) as sub_b, bus.subscribe(a, b) as sub_ab:
