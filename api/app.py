@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from api.usage import UsageRecorder
 from core.auth_cache import ApiKeyCache
 from core.bus import make_bus
 from core.db import Database
+from core.heap import freeze_start_up
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -175,12 +177,24 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     return app
 
 
-def create_asgi_app(settings: Settings, *, run_worker: bool = False) -> Any:
+def freeze_heap_once_serving(app: Quart) -> None:
+    """For a server process: its start-up objects leave the collector's walks once every start-up hook has run
+    (`core.heap.freeze_start_up`; Quart runs `while_serving` after all `before_serving`)."""
+
+    @app.while_serving
+    async def frozen() -> AsyncGenerator[None, None]:
+        freeze_start_up()
+        yield
+
+
+def create_asgi_app(settings: Settings, *, run_worker: bool = False, server_process: bool = False) -> Any:
     """What a web process serves: the Quart app with the chat's Socket.IO server mounted beside it
-    (`vouch serve`, `vouch web`, and the tests' live servers)."""
+    (`vouch serve` and `vouch web`, with `server_process`, and the tests' live servers)."""
     from chat.socket import mount_chat
 
     app = create_app(settings, run_worker=run_worker)
+    if server_process:
+        freeze_heap_once_serving(app)
     asgi = mount_chat(app, settings)
     # socketio.ASGIApp keeps the Socket.IO server as its engineio_server: /metrics counts its connections.
     ops_metrics(app).socketio_server = asgi.engineio_server

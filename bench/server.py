@@ -21,7 +21,7 @@ from typing import Any
 import uvicorn
 from quart import Quart, request
 
-from api.app import create_app
+from api.app import create_app, freeze_heap_once_serving
 from bench.chat_fanout import write
 from chat.socket import mount_chat
 from core.logs import configure_logging
@@ -64,6 +64,7 @@ def main() -> None:
     settings = load_settings()
     configure_logging(logging.INFO)
     app = create_app(settings, run_worker=args.worker)
+    freeze_heap_once_serving(app)
     add_bench_routes(app)
     uvicorn.run(
         mount_chat(app, settings),

@@ -89,7 +89,7 @@ def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
     from api.app import create_asgi_app
 
     _log_setup(settings)
-    app = create_asgi_app(settings, run_worker=run_worker)
+    app = create_asgi_app(settings, run_worker=run_worker, server_process=True)
     # JSON logs: uvicorn's own loggers keep no handlers of their own and go through ours (log_config=None).
     log_config = uvicorn.config.LOGGING_CONFIG if settings.log_format == "text" else None
     uvicorn.run(
@@ -145,6 +145,9 @@ def worker() -> None:
             assert isinstance(bus, RedisBus)  # make_bus's choice for a Redis URL
             emitter = WorkerEmitter(settings.redis_url, bus.publisher)
             database.add_event_sink(emitter.sink)
+        from core.heap import freeze_start_up
+
+        freeze_start_up()
         try:
             await Worker(settings, database).run(stop)
         finally:
