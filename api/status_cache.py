@@ -35,7 +35,7 @@ from typing import Any
 
 from quart import Response, current_app
 
-from api.auth import Caller, owned_execution
+from api.auth import Caller
 from api.problems import not_found
 from api.services import db_session, services
 from api.status import record_and_facts
@@ -43,7 +43,7 @@ from core.auth_cache import ApiKeyCache
 from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
 from core.cache import InvalidatingCache
 from core.metrics import FINAL_STATUSES, MetricsSoFar, RunFacts
-from core.models import utcnow
+from core.models import Execution, utcnow
 from core.webhooks import invalidate_status_after_commit
 
 __all__ = ["StatusCache", "invalidate_status_after_commit", "listen_for_invalidations", "serve_status"]
@@ -145,16 +145,18 @@ class StatusCache:
 
 async def serve_status(execution_id: str, caller: Caller, chat_url_of: Callable[[str], str]) -> Response:
     """The status record of the caller's execution (404 for an unknown id or another account's)."""
-    cache = services().status_cache.entries
-    cached = cache.get(execution_id)
-    if cached is None:
-        ticket = cache.ticket()
+
+    async def read() -> CachedStatus:
         session = db_session()
-        execution = await owned_execution(session, execution_id, caller)
+        execution = await session.get(Execution, execution_id)
+        if execution is None:
+            raise not_found("execution")
         record, facts = await record_and_facts(session, execution)
-        cached = CachedStatus.of(execution.user_id, record, facts)
-        cache.put(execution_id, cached, ticket)
-    elif cached.user_id != caller.user_id:
+        return CachedStatus.of(execution.user_id, record, facts)
+
+    # Read by whichever request missed first, owner or not: ownership is judged here, for each request.
+    cached = await services().status_cache.entries.get_or_fill(execution_id, read)
+    if cached is None or cached.user_id != caller.user_id:
         raise not_found("execution")
     return cached.response(chat_url_of(execution_id))
 

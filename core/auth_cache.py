@@ -55,19 +55,17 @@ class ApiKeyCache:
         if not apikeys.is_well_formed(secret):
             return None
         digest = apikeys.key_digest(secret, secret_key)
-        known = self.entries.get(digest)
-        if known is not None:
-            return known
-        ticket = self.entries.ticket()
-        found = await api_key_and_email_by_digest(session(), digest)
-        if found is None:
-            return None
-        key, email = found
-        known = KnownKey(
-            key.id, key.user_id, email, apikeys.effective_scopes(key.scopes), key.expires_at, key.revoked_at
-        )
-        self.entries.put(digest, known, ticket)
-        return known
+
+        async def read() -> KnownKey | None:
+            found = await api_key_and_email_by_digest(session(), digest)
+            if found is None:
+                return None
+            key, email = found
+            return KnownKey(
+                key.id, key.user_id, email, apikeys.effective_scopes(key.scopes), key.expires_at, key.revoked_at
+            )
+
+        return await self.entries.get_or_fill(digest, read)
 
     def on_message(self, message: dict[str, Any]) -> None:
         keys, users = set(message.get("apiKeys") or ()), set(message.get("users") or ())

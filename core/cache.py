@@ -15,13 +15,20 @@ value honest:
 `hearing()` is False while the bus listener is not subscribed: nothing is stored then, so a process that cannot
 hear invalidations reads the database every time instead of trusting what it might miss. A TTL of 0 disables
 the cache entirely.
+
+`get_or_fill` shares one fill among the requests that miss one key at the same time. An entry of a key in
+steady use expires under all of that key's requests in flight at once (a CI script polling with one API key
+over 16 connections: 16 reads of the same row, on SQLite each through a connection of its own, 100-300 ms for
+all of them, every `ttl` seconds; bench/README.md). A request joins a fill only if its key was not invalidated
+since the fill began: what a request may be handed is never older than what it could have read itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -51,8 +58,12 @@ class InvalidatingCache(Generic[K, V]):
         self._cleared_at = 0
         # Only keys invalidated while a fill of them may be in flight need remembering; bounded below.
         self._invalidated_at: OrderedDict[K, int] = OrderedDict()
+        # Fills in progress by key, with the ticket each took; resolved with (True, value), or (False, None) when
+        # the fill failed, whose waiters then fill for themselves.
+        self._fills: dict[K, tuple[Ticket, asyncio.Future[tuple[bool, V | None]]]] = {}
         self.hits = 0
         self.misses = 0
+        self.shared_fills = 0
 
     @property
     def active(self) -> bool:
@@ -76,17 +87,49 @@ class InvalidatingCache(Generic[K, V]):
         """Take before reading what `put` will store."""
         return Ticket(self._generation)
 
+    def unchanged_since(self, key: K, ticket: Ticket) -> bool:
+        """Whether nothing invalidated `key` (or cleared the cache) since `ticket` was taken."""
+        return ticket.generation >= self._cleared_at and self._invalidated_at.get(key, -1) <= ticket.generation
+
     def put(self, key: K, value: V, ticket: Ticket) -> bool:
         """Store `value` unless the cache is off or `key` was invalidated since `ticket`; True if stored."""
-        if not self.active or ticket.generation < self._cleared_at:
-            return False
-        if self._invalidated_at.get(key, -1) > ticket.generation:
+        if not self.active or not self.unchanged_since(key, ticket):
             return False
         self._entries[key] = (self._clock() + self.ttl, value)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return True
+
+    async def get_or_fill(self, key: K, fill: Callable[[], Awaitable[V | None]]) -> V | None:
+        """The cached value of `key`, or else what `fill()` reads (stored unless None or invalidated meanwhile).
+        A miss while another fill of `key` is in progress, and `key` unchanged since it began, waits for that
+        fill instead of reading too. A fill's exception is its caller's alone: a waiter then fills itself."""
+        found = self.get(key)
+        if found is not None:
+            return found
+        flight = self._fills.get(key) if self.active else None
+        if flight is not None and self.unchanged_since(key, flight[0]):
+            # Shielded: a waiter cancelled (its client gone) must not cancel the fill the others wait for.
+            filled, value = await asyncio.shield(flight[1])
+            if filled:
+                self.shared_fills += 1
+                return value
+        ticket = self.ticket()
+        result: asyncio.Future[tuple[bool, V | None]] = asyncio.get_running_loop().create_future()
+        if self.active:
+            self._fills[key] = (ticket, result)
+        try:
+            value = await fill()
+            if value is not None:
+                self.put(key, value, ticket)
+            result.set_result((True, value))
+            return value
+        finally:
+            if not result.done():
+                result.set_result((False, None))
+            if self._fills.get(key, (None, None))[1] is result:
+                del self._fills[key]
 
     def invalidate(self, key: K) -> None:
         self._entries.pop(key, None)

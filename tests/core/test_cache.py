@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
 from core.cache import InvalidatingCache
 
 
@@ -35,3 +39,85 @@ def test_nothing_is_stored_while_the_bus_cannot_be_heard_or_with_a_ttl_of_zero()
     assert not cache.put("a", 1, cache.ticket())
     off: InvalidatingCache[str, int] = InvalidatingCache(ttl=0, max_entries=2)
     assert not off.put("a", 1, off.ticket()) and off.get("a") is None
+
+
+class Reads:
+    """A fill that counts its calls and holds each read open until `done` is set."""
+
+    def __init__(self, value: int | None = 7, fail_first: bool = False) -> None:
+        self.value, self.fail_first = value, fail_first
+        self.calls = 0
+        self.started = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def __call__(self) -> int | None:
+        self.calls += 1
+        self.started.set()
+        await self.done.wait()
+        if self.fail_first and self.calls == 1:
+            raise RuntimeError("the database went away")
+        return self.value
+
+
+async def misses(cache: InvalidatingCache[str, int], reads: Reads, n: int) -> list[asyncio.Task[int | None]]:
+    """`n` requests missing "a" at once; returns once the first has begun reading and the rest wait."""
+    first = asyncio.create_task(cache.get_or_fill("a", reads))
+    await reads.started.wait()
+    rest = [asyncio.create_task(cache.get_or_fill("a", reads)) for _ in range(n - 1)]
+    await asyncio.sleep(0)  # each of the rest runs to its first wait (a fill of its own would have counted)
+    return [first, *rest]
+
+
+async def test_concurrent_misses_of_a_key_share_one_fill() -> None:
+    cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=10)
+    reads = Reads()
+    tasks = await misses(cache, reads, 16)
+    reads.done.set()
+    assert await asyncio.gather(*tasks) == [7] * 16
+    assert reads.calls == 1 and cache.shared_fills == 15
+    assert cache.get("a") == 7
+
+
+async def test_a_miss_after_an_invalidation_does_not_join_the_fill_that_began_before_it() -> None:
+    cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=10)
+    reads = Reads()
+    first = asyncio.create_task(cache.get_or_fill("a", reads))
+    await reads.started.wait()
+    cache.invalidate("a")  # a change committed (and heard) while the first request reads
+    later = asyncio.create_task(cache.get_or_fill("a", reads))
+    await asyncio.sleep(0)
+    assert reads.calls == 2, "the later request reads for itself"
+    reads.done.set()
+    assert await asyncio.gather(first, later) == [7, 7]
+    assert cache.shared_fills == 0
+
+
+async def test_a_failed_fill_fails_only_its_own_request() -> None:
+    cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=10)
+    reads = Reads(fail_first=True)
+    first, *rest = await misses(cache, reads, 4)
+    reads.done.set()
+    with pytest.raises(RuntimeError):
+        await first
+    assert await asyncio.gather(*rest) == [7, 7, 7]
+    assert reads.calls >= 2 and cache.get("a") == 7
+
+
+async def test_a_waiter_cancelled_leaves_the_fill_to_the_others() -> None:
+    cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=10)
+    reads = Reads()
+    first, gone, other = await misses(cache, reads, 3)
+    gone.cancel()
+    await asyncio.sleep(0)
+    reads.done.set()
+    assert await asyncio.gather(first, other) == [7, 7]
+    assert gone.cancelled() and reads.calls == 1
+
+
+async def test_nothing_is_shared_while_the_cache_is_off() -> None:
+    cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=0, max_entries=10)
+    reads = Reads()
+    tasks = await misses(cache, reads, 3)
+    reads.done.set()
+    assert await asyncio.gather(*tasks) == [7, 7, 7]
+    assert reads.calls == 3
