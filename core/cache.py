@@ -18,7 +18,7 @@ the cache entirely.
 
 `get_or_fill` shares one fill among the requests that miss one key at the same time. An entry of a key in
 steady use expires under all of that key's requests in flight at once (a CI script polling with one API key
-over 16 connections: 16 reads of the same row, on SQLite each through a connection of its own, 100-300 ms for
+over 16 connections: 16 reads of the same row, on SQLite each through a connection of its own, 100-440 ms for
 all of them, every `ttl` seconds; bench/README.md). A request joins a fill only if its key was not invalidated
 since the fill began: what a request may be handed is never older than what it could have read itself.
 """
