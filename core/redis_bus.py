@@ -100,6 +100,10 @@ class RedisPublisher:
         else:
             self._queued.put((channel, payload))
 
+    def flush(self) -> None:
+        """Send now what was published in this turn of the event loop (see `Bus.flush`)."""
+        self._client.flush()
+
     async def _send(self, batch: list[tuple[str, str | bytes]]) -> None:
         try:
             await self._client.connect()
@@ -142,6 +146,9 @@ class RedisBus:
         # Other processes hear it through Redis (and this one a second time, harmlessly).
         notify_listeners(self._listeners, channel, message)
         self._publisher.publish(channel, json.dumps(message, separators=(",", ":")))
+
+    def flush(self) -> None:
+        self._publisher.flush()
 
     def listen(
         self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]

@@ -89,13 +89,15 @@ class _Protocol(asyncio.Protocol):
 
     def send(self, command: bytes, loop: asyncio.AbstractEventLoop) -> asyncio.Future[Reply]:
         if not self._outgoing:
-            loop.call_soon(self._flush)  # one write for every command asked in this turn of the loop
+            loop.call_soon(self.flush)  # one write for every command asked in this turn of the loop
         self._outgoing.append(command)
         future: asyncio.Future[Reply] = loop.create_future()
         self.waiting.append(future)
         return future
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        if not self._outgoing:  # already written by an early `flush`
+            return
         if self.transport is not None and not self.lost:
             self.transport.write(b"".join(self._outgoing))
         self._outgoing.clear()
@@ -209,6 +211,12 @@ class RespClient:
         if self._protocol is None or self._protocol.lost:
             raise RedisConnectionError("not connected to Redis")
         return self._send_on(self._protocol, *parts)
+
+    def flush(self) -> None:
+        """Write now what was asked so far in this turn of the loop, rather than at the turn's end: for a caller
+        that knows its batch is complete and whose turn has more work in it (a request's answer, its logging)."""
+        if self._protocol is not None:
+            self._protocol.flush()
 
     def _send_on(self, protocol: _Protocol, *parts: bytes | str | int) -> asyncio.Future[Reply]:
         loop = asyncio.get_running_loop()

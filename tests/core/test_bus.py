@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import pytest
+import redis as sync_redis
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 
@@ -176,6 +178,9 @@ class SpyBus:
         self.published.append((channel, message))
         await self.inner.publish(channel, message)
 
+    def flush(self) -> None:
+        self.inner.flush()
+
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]:
         return self.inner.subscribe(*channels)
 
@@ -266,3 +271,32 @@ async def test_a_failing_bus_does_not_undo_or_fail_a_commit(spied: tuple[Databas
         publish_after_commit(session, "ch:second", {"n": 2})
     assert await user_exists(db, user.id)
     assert spy.published == [("ch:second", {"n": 2})]
+
+
+async def test_a_commits_messages_leave_before_the_rest_of_its_turn(database_url: str) -> None:
+    """Publishes asked in one turn of the loop leave together at its end; a commit sends its own at once, so
+    what its caller does next in that turn (answering a request, logging it) does not hold them back."""
+    bus = RedisBus(REDIS_URL)
+    db = Database(database_url, bus)
+    ch = channel("flushed")
+    watcher = sync_redis.Redis.from_url(REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    try:
+        watcher.subscribe(ch)
+        await bus.publish(ch, {"n": 0})  # the publisher connects on its first message
+
+        async def first_heard() -> dict[str, Any] | None:
+            raw = watcher.get_message(timeout=0)
+            return None if raw is None else dict(json.loads(raw["data"]))
+
+        assert await until(first_heard) == {"n": 0}
+        async with db.session(write=True) as session:
+            publish_after_commit(session, ch, {"n": 1})
+            await db.commit(session)
+            # A blocking read: the event loop does not turn until it returns, so only a message already
+            # written can be heard.
+            raw = watcher.get_message(timeout=5)
+        assert raw is not None and json.loads(raw["data"]) == {"n": 1}
+    finally:
+        watcher.close()
+        await bus.close()
+        await db.dispose()
