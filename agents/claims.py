@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from core.db import Database, one_of
+from core.db import Database, commits_alone, one_of
 from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events, announce_events
 from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
@@ -123,6 +123,8 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         statement = claiming
         if db.dialect == "postgresql":
             statement, parameters["claim_payload"] = _claiming_with_event(claiming), payload
+            # The claim and its event are one statement, the whole transaction: no BEGIN and COMMIT round trips.
+            await commits_alone(session)
         rows = await run_direct(session, lambda cursor: cursor.execute(statement, parameters))
         if not rows:
             return None
