@@ -195,8 +195,10 @@ async def _finished(response: Response) -> Response:
     metrics = ops_metrics(current_app)
     metrics.requests.labels(request.method, route, str(response.status_code)).inc()
     metrics.latency.labels(request.method, route).observe(elapsed)
+    # The one access line of a request (the servers' own access logs are off): uvicorn's said who asked.
+    client = request.remote_addr or "-"
     access_log.info(
-        "%s %s %s %.1f ms", request.method, route, response.status_code, elapsed * 1000,
+        "%s %s %s %.1f ms from %s", request.method, route, response.status_code, elapsed * 1000, client,
         extra={"method": request.method, "route": route, "status": response.status_code},
     )
     return response

@@ -73,6 +73,7 @@ def main() -> None:
         log_level="info",
         lifespan="on",
         ws="websockets-sansio",
+        access_log=False,
     )
 
 

@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -25,6 +26,17 @@ def settings_or_exit() -> Settings:
         return load_settings()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where it is installed (uvicorn[standard] brings it where it builds), as uvicorn picks it for the web
+    process: a worker then spends on its loop what the web process does (a claim's wake-up to its statement,
+    bench/README.md)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _log_setup(settings: Settings | None = None) -> None:
@@ -93,7 +105,8 @@ def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
     # JSON logs: uvicorn's own loggers keep no handlers of their own and go through ours (log_config=None).
     log_config = uvicorn.config.LOGGING_CONFIG if settings.log_format == "text" else None
     uvicorn.run(
-        app, host=host, port=port, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config
+        app, host=host, port=port, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config,
+        access_log=False,  # api/operations.py logs each request once, with its id, route and time
     )
 
 
@@ -156,6 +169,7 @@ def worker() -> None:
             if emitter is not None:
                 await emitter.close()
 
-    asyncio.run(run())
+    with asyncio.Runner(loop_factory=_event_loop_factory()) as runner:
+        runner.run(run())
 
 

@@ -54,6 +54,9 @@ async def test_vouch_serve_migrates_an_empty_embedded_database_and_runs_tasks(tm
         done = await _run_to_completion(base, made.stdout.strip())
     assert done["status"] == "completed", done
     assert done["chatUrl"].startswith(f"{base}/chat/{done['executionId']}?token=")
+    # One access line per request, ours (with the request's id and time), not uvicorn's beside it.
+    logged = [line for line in log_path.read_text().splitlines() if "POST /api/eval/create-task-agent" in line]
+    assert len(logged) == 1 and " 201 " in logged[0] and logged[0].endswith("from 127.0.0.1"), logged
 
 
 async def test_separate_web_and_worker_processes_meet_through_redis(settings: Settings, tmp_path: Path) -> None:
