@@ -2,8 +2,8 @@
 
     python -m bench.server --port 8123 [--worker]
 
-Built like core/cli.py's `_serve` (same app factory, same uvicorn settings, same logging), with two additions
-that exist only here:
+Built like core/cli.py's `_serve` (same app factory, same logging, and served by its `run_web_server`), with two
+additions that exist only here:
 
 - `GET /bench/bare`: a bare Quart JSON route, no auth, no database: the baseline of the status throughput;
 - `POST /bench/emit`: commits events through this process's own Database, as the embedded worker does, and
@@ -18,12 +18,12 @@ import logging
 import time
 from typing import Any
 
-import uvicorn
 from quart import Quart, request
 
 from api.app import create_app, freeze_heap_once_serving
 from bench.chat_fanout import write
 from chat.socket import mount_chat
+from core.cli import run_web_server
 from core.logs import configure_logging
 from core.settings import load_settings
 
@@ -66,15 +66,7 @@ def main() -> None:
     app = create_app(settings, run_worker=args.worker)
     freeze_heap_once_serving(app)
     add_bench_routes(app)
-    uvicorn.run(
-        mount_chat(app, settings),
-        host="127.0.0.1",
-        port=args.port,
-        log_level="info",
-        lifespan="on",
-        ws="websockets-sansio",
-        access_log=False,
-    )
+    run_web_server(mount_chat(app, settings), settings, "127.0.0.1", args.port)
 
 
 if __name__ == "__main__":

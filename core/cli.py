@@ -96,12 +96,16 @@ def db_upgrade(revision: str) -> None:
 
 
 def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
-    import uvicorn
-
     from api.app import create_asgi_app
 
     _log_setup(settings)
-    app = create_asgi_app(settings, run_worker=run_worker, server_process=True)
+    run_web_server(create_asgi_app(settings, run_worker=run_worker, server_process=True), settings, host, port)
+
+
+def run_web_server(app: Any, settings: Settings, host: str, port: int) -> None:
+    """Serve an ASGI app under uvicorn as every web process does (`vouch serve`, `vouch web`, the bench's)."""
+    import uvicorn
+
     # JSON logs: uvicorn's own loggers keep no handlers of their own and go through ours (log_config=None).
     log_config = uvicorn.config.LOGGING_CONFIG if settings.log_format == "text" else None
     uvicorn.run(
