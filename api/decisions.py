@@ -12,7 +12,7 @@ from api.schemas import DecisionIn, parse_body
 from api.services import db_session
 from api.tasks import json_body
 from core.models import Checkpoint, Execution, utcnow
-from review import AlreadyDecided, DecisionError, UnknownCheckpoint, decide
+from review import AlreadyDecided, DecisionError, NotReviewer, UnknownCheckpoint, decide
 from review.access import may_decide
 
 blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
@@ -50,6 +50,11 @@ async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict
             comment=body.comment,
             remote_addr=request.remote_addr,
         )
+    except NotReviewer:
+        # A PATCH named another reviewer since the check above: decide() checked again on the locked row.
+        await session.refresh(execution)
+        reviewer = execution.assigned_reviewer
+        raise ApiError(403, "not_assigned_reviewer", f"only the assigned reviewer ({reviewer}) may decide") from None
     except AlreadyDecided as exc:
         raise ApiError(
             409,
@@ -61,12 +66,6 @@ async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict
         raise not_found("checkpoint") from None
     except DecisionError as exc:
         raise ApiError(409, exc.code, str(exc)) from None
-    # A PATCH may have named another reviewer since the check above. decide() has locked the
-    # execution row by now (PostgreSQL), so this read is final; on SQLite the request is serialised.
-    await session.refresh(execution)
-    if not await may_decide(session, execution, checkpoint, caller.email, utcnow()):
-        reviewer = execution.assigned_reviewer
-        raise ApiError(403, "not_assigned_reviewer", f"only the assigned reviewer ({reviewer}) may decide")
     return {
         "success": True,
         "executionId": execution_id,

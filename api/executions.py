@@ -28,6 +28,7 @@ from core.db import publish_after_commit
 from core.events import append_event, isoformat
 from core.models import Checkpoint, Execution, utcnow
 from review.decisions import FINAL_STATUSES
+from review.reassign import reviewer_replaced
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/eval/executions")
 
@@ -166,8 +167,8 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
         changes["webhook_url"] = patch.webhookUrl
         events.append({"field": "webhookUrl", "from": _host(execution.webhook_url), "to": _host(patch.webhookUrl)})
     if changes:
-        # The decision route checks the reviewer at decision time, so an awaiting checkpoint is
-        # from here on decidable by the new reviewer only.
+        # review.decide checks the reviewer on the locked execution row, so a waiting checkpoint is from
+        # here on decidable by the new reviewer only, on every channel.
         moved = await session.execute(
             sa.update(Execution)
             .where(Execution.id == execution_id, Execution.status.in_(ACTIVE_STATUSES))
@@ -179,6 +180,9 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
             raise _finished(execution_id, execution.status, "it can no longer be changed")
         for payload in events:
             await append_event(session, execution_id, "execution.updated", {**payload, "by": caller.email})
+        if "assigned_reviewer" in changes:
+            await session.refresh(execution)
+            await reviewer_replaced(session, services().settings, execution)
     return await _status_answer(session, execution)
 
 

@@ -1,22 +1,25 @@
 """Who may watch an execution's chat, and who may decide its checkpoints there.
 
-Watching: the execution's owner or its assigned reviewer signed in, or anyone holding the chat link's
-view token (an HMAC: shared like a document link, checked without a lookup). Deciding: only the assigned
-reviewer, signed in with that e-mail or holding a reviewer link from the review e-mail. Everyone else sees
-the cards' state and no buttons. The same function answers the page, every socket join and every decision,
-so a signed-out session or a changed reviewer takes effect at the next one.
+Watching: the execution's owner or a reviewer who may decide it, signed in, or anyone holding the chat
+link's view token (an HMAC: shared like a document link, checked without a lookup). Deciding: whoever
+review's rule allows (review/access.py), signed in with that e-mail, or holding the chat link of a review
+mail, whose `rt` is that mail's single-use review token: it decides only the attempt the mail was sent for,
+expires with the mail's other links and is spent with them. Everyone else sees the cards' state and no
+buttons. The same function answers the page, every socket join and every decision, so a signed-out
+session or a changed reviewer takes effect at the next one (and review.decide checks the rule again).
 """
 
 from __future__ import annotations
 
-import hmac
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.links import chat_view_token_valid, reviewer_chat_token
-from core.models import Execution, utcnow
+from core.links import chat_view_token_valid
+from core.models import Execution, ReviewLink, utcnow
 from review.access import may_decide
+from review.by_mail import link_state
+from review.links import find_link
 
 MAX_TOKEN = 200
 
@@ -37,23 +40,25 @@ class Access:
     decider: str | None
     # Decides through a signed-in session, whose CSRF token must come with each decision.
     via_session: bool
+    # Decides through a review mail's chat link: that link's one checkpoint attempt only.
+    review_link: ReviewLink | None = None
 
     @property
     def can_decide(self) -> bool:
         return self.decider is not None
 
 
-def reviewer_link_email(secret_key: bytes, execution: Execution, token: str | None) -> str | None:
-    """The reviewer a reviewer-link token speaks for, or None.
-
-    The review e-mail's chat link carries `rt`, an HMAC over the execution and its reviewer's address
-    (core.links.reviewer_chat_token): checked without a lookup, and void once the reviewer changes.
-    """
-    reviewer = execution.assigned_reviewer
-    if not token or len(token) > MAX_TOKEN or not reviewer:
+async def usable_review_link(
+    session: AsyncSession, secret_key: bytes, execution: Execution, token: str | None
+) -> ReviewLink | None:
+    """The review mail's chat link behind `token`, while it may still decide; else None."""
+    if not token or len(token) > MAX_TOKEN:
         return None
-    expected = reviewer_chat_token(secret_key, execution.id, reviewer)
-    return reviewer if hmac.compare_digest(expected.encode(), token.encode()) else None
+    link = await find_link(session, secret_key, token)
+    if link is None or link.purpose != "chat" or link.execution_id != execution.id:
+        return None
+    state = await link_state(session, link)
+    return link if state.status == "usable" else None
 
 
 def view_token_ok(secret_key: bytes, execution_id: str, token: str | None) -> bool:
@@ -82,14 +87,12 @@ async def access_to(
     # Both sides are normalised e-mails (the API normalises assignedReviewer, accounts their own). The rule
     # is review's: the assigned reviewer, or the backup reviewer once the waiting attempt was escalated.
     reviewer_signed_in = person is not None and await may_decide(session, execution, None, person.email, utcnow())
-    link_reviewer = reviewer_link_email(secret_key, execution, reviewer_token)
-    if link_reviewer is not None and link_reviewer != execution.assigned_reviewer:
-        link_reviewer = None  # a link for a reviewer since replaced speaks for no one
-    can_view = owner or reviewer_signed_in or link_reviewer is not None or view_token_ok(
-        secret_key, execution_id, view_token
-    )
+    link = await usable_review_link(session, secret_key, execution, reviewer_token)
+    can_view = owner or reviewer_signed_in or link is not None or view_token_ok(secret_key, execution_id, view_token)
     if not can_view:
         return None
     if reviewer_signed_in and person is not None:
         return Access(execution, True, person.email, via_session=True)
-    return Access(execution, True, link_reviewer, via_session=False)
+    if link is not None:
+        return Access(execution, True, link.reviewer_email, via_session=False, review_link=link)
+    return Access(execution, True, None, via_session=False)

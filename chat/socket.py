@@ -36,11 +36,12 @@ from chat.conversation import run_metrics, status_of
 from chat.fanout import NAMESPACE, QueuedRoomSink, RoomSink, listen_before_serving, room_of, server_manager
 from core.db import Database
 from core.events import event_message, events_after
-from core.models import Checkpoint, Execution, utcnow
+from core.models import Checkpoint, Execution
 from core.redis_bus import RedisBus
 from core.settings import Settings
 from review import DecisionError, decide
-from review.access import may_decide
+from review.by_mail import LinkRefused, decide_by_link
+from review.decisions import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -216,21 +217,31 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
             checkpoint = await session.get(Checkpoint, checkpoint_id)
             if checkpoint is None or checkpoint.execution_id != access.execution.id:
                 raise Refused("not_found", "There is no such checkpoint in this execution.")
-            record = await decide(
-                session,
-                checkpoint_id,
-                decision,
-                by=access.decider,
-                via="chat",
-                comment=comment.strip(),
-                remote_addr=state.get("addr"),
-            )
-            # The owner may have named another reviewer meanwhile; decide() has locked the row by now, so
-            # this read is final (the API's decision route checks the same way). Raising rolls it all back.
-            await session.refresh(access.execution)
-            if not await may_decide(session, access.execution, checkpoint, access.decider, utcnow()):
-                reviewer = access.execution.assigned_reviewer
-                raise Refused("not_assigned_reviewer", f"Only the assigned reviewer ({reviewer}) may decide.")
+            verdict: Verdict = "approve" if decision == "approve" else "reject"
+            if access.review_link is not None:
+                link = access.review_link
+                if link.checkpoint_id != checkpoint_id:
+                    raise Refused("not_assigned_reviewer", "The review mail's link decides only its own checkpoint.")
+                try:
+                    record = await decide_by_link(
+                        session, link, verdict, comment=comment.strip(), remote_addr=state.get("addr"), via="chat"
+                    )
+                except LinkRefused as refused:
+                    if isinstance(refused.__cause__, DecisionError):
+                        raise refused.__cause__ from None  # e.g. already decided: said as every channel says it
+                    raise Refused("link_" + refused.state.status, "This review link no longer decides.") from None
+            else:
+                # review.decide checks the rule again on the locked execution row: a reviewer replaced since the
+                # access check above is refused (NotReviewer), and raising rolls it all back.
+                record = await decide(
+                    session,
+                    checkpoint_id,
+                    verdict,
+                    by=access.decider,
+                    via="chat",
+                    comment=comment.strip(),
+                    remote_addr=state.get("addr"),
+                )
         return {"ok": True, "decision": record.as_json()}
 
 

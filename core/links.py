@@ -21,13 +21,7 @@ def chat_url(base_url: str, secret_key: bytes, execution_id: str) -> str:
     return f"{base_url.rstrip('/')}/chat/{execution_id}?token={chat_view_token(secret_key, execution_id)}"
 
 
-def reviewer_chat_token(secret_key: bytes, execution_id: str, reviewer: str) -> str:
-    """The chat link in a review mail carries this: it speaks for that reviewer on that execution only,
-    and stops working once the execution gets another reviewer (the HMAC covers the address)."""
-    digest = hmac.new(secret_key, f"chat-review:{execution_id}:{reviewer}".encode(), hashlib.sha256).digest()
-    return base64.urlsafe_b64encode(digest[:18]).decode()
-
-
-def reviewer_chat_url(base_url: str, secret_key: bytes, execution_id: str, reviewer: str) -> str:
-    token = reviewer_chat_token(secret_key, execution_id, reviewer)
-    return f"{chat_url(base_url, secret_key, execution_id)}&rt={token}"
+def reviewer_chat_url(base_url: str, secret_key: bytes, execution_id: str, review_token: str) -> str:
+    """The review mail's chat link: the view token to watch, and `rt`, the mail's own single-use review token
+    (review/links.py, purpose "chat") that lets its reader decide the attempt the mail was sent for."""
+    return f"{chat_url(base_url, secret_key, execution_id)}&rt={review_token}"

@@ -6,6 +6,7 @@ from review.decisions import (
     DecisionRecord,
     ExecutionNotWaiting,
     NotAwaitingReview,
+    NotReviewer,
     UnknownCheckpoint,
     decide,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "DecisionRecord",
     "ExecutionNotWaiting",
     "NotAwaitingReview",
+    "NotReviewer",
     "UnknownCheckpoint",
     "decide",
 ]

@@ -1,7 +1,11 @@
-"""Who may decide a checkpoint: the one rule every channel asks (API, inbox, chat, mail).
+"""Who may decide a checkpoint: the one rule every channel ends in (API, CLI, inbox, chat, mail link, reply).
 
 The assigned reviewer always may. The backup reviewer may once the current attempt has been escalated to
 them: the escalation timer of that attempt has fired (review/timers.py), so they have been told.
+
+`may_decide` answers a channel that wants to know before it acts (which buttons to show, 404 or 403);
+`review.decide` asks `reviewer_may_decide` again itself, on the execution row it has locked, so no channel
+can skip the rule and a reviewer replaced meanwhile is refused whatever the channel checked before.
 """
 
 from __future__ import annotations
@@ -14,17 +18,36 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.models import Checkpoint, Execution, ReviewTimer
 
 
-async def escalated(session: AsyncSession, checkpoint: Checkpoint) -> bool:
+async def escalated(session: AsyncSession, checkpoint_id: str, attempt: int) -> bool:
     fired = await session.scalar(
         sa.select(ReviewTimer.fired_at).where(
-            ReviewTimer.checkpoint_id == checkpoint.id,
-            ReviewTimer.attempt == checkpoint.attempt,
+            ReviewTimer.checkpoint_id == checkpoint_id,
+            ReviewTimer.attempt == attempt,
             ReviewTimer.kind == "escalation",
         )
     )
     # Fired at all is enough: the timer's clock may run ahead of ours (tests inject it), and a timer only
     # ever fires without effect once its attempt is decided, when nobody may decide it anyway.
     return fired is not None
+
+
+async def reviewer_may_decide(
+    session: AsyncSession,
+    *,
+    email: str | None,
+    assigned: str | None,
+    backup: str | None,
+    checkpoint_id: str,
+    attempt: int,
+) -> bool:
+    """The rule itself, on plain values: the assigned reviewer, or the backup once this attempt escalated."""
+    if not email:
+        return False
+    if assigned is not None and email == assigned:
+        return True
+    if backup is None or email != backup:
+        return False
+    return await escalated(session, checkpoint_id, attempt)
 
 
 async def may_decide(
@@ -37,7 +60,7 @@ async def may_decide(
     del now
     if not email:
         return False
-    if execution.assigned_reviewer is not None and email == execution.assigned_reviewer:
+    if email == execution.assigned_reviewer:
         return True
     if execution.backup_reviewer is None or email != execution.backup_reviewer:
         return False
@@ -47,4 +70,11 @@ async def may_decide(
         )
         if checkpoint is None:
             return False
-    return await escalated(session, checkpoint)
+    return await reviewer_may_decide(
+        session,
+        email=email,
+        assigned=execution.assigned_reviewer,
+        backup=execution.backup_reviewer,
+        checkpoint_id=checkpoint.id,
+        attempt=checkpoint.attempt,
+    )

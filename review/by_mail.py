@@ -1,7 +1,8 @@
-"""Deciding through a review mail's token: the link pages and the reply listener both end here.
+"""Deciding through a review mail's token: the link pages, the reply listener and the mail's chat link all
+end here.
 
-What a token's state is (usable, expired, spent, superseded by another decision) is worked out in one
-place, so a link page and a reply tell the same story.
+What a token's state is (usable, expired, spent, superseded by another decision or another reviewer) is
+worked out in one place, so a link page, a reply and the chat tell the same story.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
-from review.decisions import DecisionError, DecisionRecord, Verdict, decide
+from review.decisions import Channel, DecisionError, DecisionRecord, Verdict, decide
 from review.links import use_links
 
 
@@ -21,7 +22,8 @@ class LinkState:
     link: ReviewLink
     checkpoint: Checkpoint
     execution: Execution
-    # usable | decided | used | expired | closed (the run ended or moved past this attempt)
+    # usable | decided | reassigned (the owner named another reviewer since the mail) | used | expired |
+    # closed (the run ended or moved past this attempt)
     status: str
     decision: DecisionRecord | None
 
@@ -35,6 +37,9 @@ async def link_state(session: AsyncSession, link: ReviewLink) -> LinkState:
     decision = DecisionRecord.of(row) if row is not None else None
     if decision is not None:
         status = "decided"
+    elif link.reviewer_email != execution.assigned_reviewer or link.used_at is not None:
+        # Spent without a decision of its attempt: only a change of reviewer does that (review/reassign.py).
+        status = "reassigned"
     elif link.used_at is not None:
         status = "used"
     elif link.expires_at <= utcnow():
@@ -59,9 +64,16 @@ class LinkRefused(Exception):
 
 
 async def decide_by_link(
-    session: AsyncSession, link: ReviewLink, verdict: Verdict, *, comment: str, remote_addr: str | None
+    session: AsyncSession,
+    link: ReviewLink,
+    verdict: Verdict,
+    *,
+    comment: str,
+    remote_addr: str | None,
+    via: Channel = "email",
 ) -> DecisionRecord:
-    """Spend the link and decide as its reviewer, via e-mail; LinkRefused if the link may not decide.
+    """Spend the link and decide as its reviewer, on the attempt it was made for; LinkRefused if the link
+    may not decide. `via` is "chat" for the mail's chat link, "email" for its buttons and a reply.
 
     The caller's transaction holds both: a refused decision leaves the link unspent."""
     state = await link_state(session, link)
@@ -75,9 +87,10 @@ async def decide_by_link(
             link.checkpoint_id,
             verdict,
             by=link.reviewer_email,
-            via="email",
+            via=via,
             comment=comment,
             remote_addr=remote_addr,
+            attempt=link.attempt,
         )
     except DecisionError as exc:
         raise LinkRefused(state, str(exc)) from exc

@@ -14,12 +14,15 @@ from core.db import publish_after_commit
 from core.events import append_event, isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
+from review.access import reviewer_may_decide
 
 Verdict = Literal["approve", "reject"]
 # "cancel" is the deadline's third policy only (onDeadline=cancel); people approve or reject.
 Outcome = Literal["approve", "reject", "cancel"]
 Channel = Literal["email", "web", "chat", "api", "auto", "timeout"]
 CHANNELS: tuple[Channel, ...] = ("email", "web", "chat", "api", "auto", "timeout")
+# The channels through which a person decides; "auto" and "timeout" are the service's own.
+PERSON_CHANNELS = frozenset({"email", "web", "chat", "api"})
 FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
 
 
@@ -84,6 +87,12 @@ class UnknownCheckpoint(DecisionError):
     code = "not_found"
 
 
+class NotReviewer(DecisionError):
+    """The person is not the one who may decide this attempt now (review/access.py's rule)."""
+
+    code = "not_assigned_reviewer"
+
+
 class ExecutionNotWaiting(DecisionError):
     """The checkpoint waits, but its execution has ended (cancelled or failed) in the meantime."""
 
@@ -118,6 +127,9 @@ async def decide(
     attempt: int | None = None,
 ) -> DecisionRecord:
     """Record the first answer to the current attempt of a checkpoint and move its execution on.
+
+    A person's decision (`via` email, web, chat or api) is taken only when `by` may decide this attempt
+    now (review/access.py); otherwise NotReviewer, and the caller rolls the transaction back.
 
     Compare-and-set on the checkpoint's status (and `attempt`, when the caller answers a known one,
     e.g. an e-mail link): of two concurrent answers exactly one passes; the other gets AlreadyDecided
@@ -162,6 +174,26 @@ async def decide(
             raise ExecutionNotWaiting(f"the execution is {status}; this checkpoint will not be reached")
         raise NotAwaitingReview("the agent has not reached this checkpoint yet")
     execution_id, current_attempt = won
+    if via in PERSON_CHANNELS:
+        # Checked here, on the execution row locked (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises), so a
+        # PATCH that names another reviewer is either wholly before this decision or wholly after it.
+        reviewers = (
+            await session.execute(
+                sa.select(Execution.assigned_reviewer, Execution.backup_reviewer)
+                .where(Execution.id == execution_id)
+                .with_for_update()
+            )
+        ).one()
+        if not await reviewer_may_decide(
+            session,
+            email=by,
+            assigned=reviewers.assigned_reviewer,
+            backup=reviewers.backup_reviewer,
+            checkpoint_id=checkpoint_id,
+            attempt=current_attempt,
+        ):
+            # The caller's transaction rolls back on this error: the compare-and-set above goes with it.
+            raise NotReviewer(f"{by} may not decide this checkpoint; only its current reviewer may")
 
     now = utcnow()
     row = Decision(

@@ -1,7 +1,9 @@
-"""Review links: the single-use tokens of a review mail (Approve, Reject, and the reply token).
+"""Review links: the single-use tokens of a review mail (Approve, Reject, the reply token, and the chat
+link's `rt`, which lets the mail's reader decide on the chat card without signing in).
 
 The token itself travels only in the mail; the table keeps HMAC(secret_key, token), so a copy of the
-database decides nothing. Each row is bound to one checkpoint, one attempt and one reviewer.
+database decides nothing. Each row is bound to one checkpoint, one attempt and one reviewer, and expires
+with its mail; the first decision of that attempt spends them all, and so does a change of reviewer.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.ids import new_id
 from core.models import Checkpoint, ReviewLink, utcnow
 
-PURPOSES = ("approve", "reject", "reply")
+PURPOSES = ("approve", "reject", "reply", "chat")
 MAX_TOKEN = 100
 
 
@@ -31,6 +33,7 @@ class MintedLinks:
     approve: str
     reject: str
     reply: str
+    chat: str
 
 
 async def mint_links(
@@ -56,7 +59,7 @@ async def mint_links(
                 expires_at=now + timedelta(hours=hours),
             )
         )
-    return MintedLinks(tokens["approve"], tokens["reject"], tokens["reply"])
+    return MintedLinks(tokens["approve"], tokens["reject"], tokens["reply"], tokens["chat"])
 
 
 async def find_link(session: AsyncSession, secret_key: bytes, token: str | None) -> ReviewLink | None:
@@ -90,3 +93,21 @@ async def use_links(session: AsyncSession, link: ReviewLink) -> bool:
         execution_options={"synchronize_session": False},
     )
     return True
+
+
+async def spend_links_of_others(session: AsyncSession, execution_id: str, reviewer: str | None) -> int:
+    """Spend every unspent link of the execution made for anyone but `reviewer` (the one now named).
+
+    In the reassignment's own transaction: there is no moment when both the old and the new reviewer's
+    links decide. Returns how many were spent."""
+    spent = await session.execute(
+        sa.update(ReviewLink)
+        .where(
+            ReviewLink.execution_id == execution_id,
+            ReviewLink.used_at.is_(None),
+            *([ReviewLink.reviewer_email != reviewer] if reviewer else []),
+        )
+        .values(used_at=utcnow()),
+        execution_options={"synchronize_session": False},
+    )
+    return int(spent.rowcount)  # type: ignore[attr-defined]

@@ -66,6 +66,20 @@ async def checkpoint_awaiting(
     existing = await session.scalar(sa.select(MailMessage).where(MailMessage.message_key == key))
     if existing is not None:
         return existing
+    return await queue_review_mail(session, settings, execution, checkpoint, reviewer, next_action, key=key)
+
+
+async def queue_review_mail(
+    session: AsyncSession,
+    settings: Settings,
+    execution: Execution,
+    checkpoint: Checkpoint,
+    reviewer: str,
+    next_action: dict[str, Any] | None,
+    *,
+    key: str,
+) -> MailMessage:
+    """Mint this attempt's links for `reviewer` and queue their mail under `key`, in the caller's transaction."""
     links = await mint_links(session, settings.secret_key, checkpoint, reviewer, settings.review_link_hours)
     base = base_url(settings)
     if next_action is None:
@@ -74,7 +88,7 @@ async def checkpoint_awaiting(
         "execution": execution,
         "checkpoint": checkpoint,
         "next_action": next_action,
-        "chat_url": reviewer_chat_url(base, settings.secret_key, execution.id, reviewer),
+        "chat_url": reviewer_chat_url(base, settings.secret_key, execution.id, links.chat),
         "approve_url": f"{base}/review/link/{links.approve}",
         "reject_url": f"{base}/review/link/{links.reject}",
         "reply_token": links.reply,

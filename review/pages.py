@@ -14,7 +14,7 @@ from quart import Blueprint, Response, render_template, request
 
 from api.services import services
 from api.websession import PRESESSION_COOKIE, client_addr, presession_secret, token_digest
-from core.links import reviewer_chat_url
+from core.links import chat_url
 from core.models import ReviewLink
 from core.pageheaders import add_page_headers
 from review.by_mail import LinkRefused, LinkState, decide_by_link, link_state
@@ -46,8 +46,9 @@ def _csrf_ok(link: ReviewLink, sent: str | None) -> bool:
 
 
 def _chat_url(state: LinkState) -> str:
+    # The view link only: a page reached through a link, usable or spent, hands out nothing that decides.
     settings = services().settings
-    return reviewer_chat_url(base_url(settings), settings.secret_key, state.execution.id, state.link.reviewer_email)
+    return chat_url(base_url(settings), settings.secret_key, state.execution.id)
 
 
 async def _closed_page(state: LinkState, status: int, note: str = "") -> tuple[str, int]:

@@ -23,6 +23,7 @@ REVIEWER = "reviewer@example.com"
 OWNER = "owner@example.com"
 LINK = re.compile(r"(https?://[^\s\"<>]+/review/link/([A-Za-z0-9_\-]+))")
 REPLY_TAG = re.compile(r"\[vouch:([0-9a-f]+)\]")
+CHAT_LINK = re.compile(r"https?://[^\s\"<>]+(/chat/[^\s\"<>?]+\?token=[A-Za-z0-9_\-=]+&(?:amp;)?rt=([A-Za-z0-9_\-]+))")
 
 
 @dataclass
@@ -64,6 +65,13 @@ def links_in(text: str) -> dict[str, str]:
     found = [urlsplit(url).path for url, _ in LINK.findall(text)]
     assert len(found) == 2, text
     return {"approve": found[0], "reject": found[1]}
+
+
+def chat_link_in(text: str) -> tuple[str, str]:
+    """The review mail's chat link (path and query) and its `rt` review token."""
+    found = CHAT_LINK.search(text)
+    assert found is not None, text
+    return found.group(1).replace("&amp;", "&"), found.group(2)
 
 
 async def checkpoint_row(service: Service, checkpoint_id: str) -> Checkpoint:

@@ -164,14 +164,14 @@ async def test_reject_with_no_revisions_left_ends_the_run(db: Database, settings
 async def test_second_answer_is_refused_naming_the_first(db: Database, settings: Settings) -> None:
     exe, (first, _) = await paused_execution(db, settings)
     async with db.transaction() as session:
-        winner = await decide(session, first, "approve", by="alice@example.com", via="email")
+        winner = await decide(session, first, "approve", by=REVIEWER, via="email")
     before = await state(db, exe)
     with pytest.raises(AlreadyDecided) as refused:
         async with db.transaction() as session:
             await decide(session, first, "reject", by="bob@example.com", via="web")
     message = str(refused.value)
     assert "already approved" in message
-    assert "alice@example.com" in message
+    assert REVIEWER in message
     assert "via email" in message
     assert str(isoformat(winner.at)) in message
     assert refused.value.record == winner
@@ -185,10 +185,10 @@ async def test_second_answer_is_refused_naming_the_first(db: Database, settings:
 async def test_refusal_after_a_rejection_says_rejected(db: Database, settings: Settings) -> None:
     _exe, (first, _) = await paused_execution(db, settings)
     async with db.transaction() as session:
-        await decide(session, first, "reject", by="carol@example.com", via="api")
-    with pytest.raises(AlreadyDecided, match=r"already rejected by carol@example\.com via api at "):
+        await decide(session, first, "reject", by=REVIEWER, via="api")
+    with pytest.raises(AlreadyDecided, match=r"already rejected by reviewer@example\.com via api at "):
         async with db.transaction() as session:
-            await decide(session, first, "reject", by="carol@example.com", via="api")
+            await decide(session, first, "reject", by=REVIEWER, via="api")
 
 
 async def test_pending_checkpoint_is_not_awaiting_review(db: Database, settings: Settings) -> None:
@@ -249,7 +249,7 @@ async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Setti
                 session,
                 first,
                 "approve" if n % 2 else "reject",
-                by=f"reviewer{n}@example.com",
+                by=REVIEWER,
                 via=("email", "web", "chat", "api")[n % 4],
             )
 

@@ -4,19 +4,18 @@ link is refused with a page saying what happened."""
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 import sqlalchemy as sa
 
 from chat.access import access_to
-from core.links import reviewer_chat_token
 from core.models import Checkpoint, Execution, ReviewLink, utcnow
 from review.notify import checkpoint_awaiting
 from tests.conftest import Service
 from tests.review.mail_support import (
     REPLY_TAG,
     REVIEWER,
+    chat_link_in,
     checkpoint_row,
     decisions,
     links_in,
@@ -36,12 +35,12 @@ async def test_review_mail_is_queued_once_with_everything_the_reviewer_needs(ser
         assert "Draft note" in body and "Write it?" in body and "The plan is written" in body
         assert "plan.md" in body  # what the agent is about to do
         assert f"http://vouch.test/chat/{run.execution_id}?token=" in body
-        assert reviewer_chat_token(service.settings.secret_key, run.execution_id, REVIEWER) in body
+        assert chat_link_in(body)[1] not in mail.text_body.replace(chat_link_in(mail.text_body)[1], "", 1)
         assert set(links_in(body)) == {"approve", "reject"}
     assert links_in(mail.text_body) == links_in(mail.html_body or "")
     async with service.db.reading() as session:
         stored = list(await session.scalars(sa.select(ReviewLink).where(ReviewLink.checkpoint_id == run.checkpoint_id)))
-    assert sorted(link.purpose for link in stored) == ["approve", "reject", "reply"]
+    assert sorted(link.purpose for link in stored) == ["approve", "chat", "reject", "reply"]
     for link in stored:
         # Only digests are kept: no token from the mail appears in the table.
         assert link.token_digest not in mail.text_body and link.attempt == 1 and link.reviewer_email == REVIEWER
@@ -133,25 +132,22 @@ async def test_a_second_notification_for_the_same_attempt_is_the_same_message(se
         count = await session.scalar(
             sa.select(sa.func.count()).select_from(ReviewLink).where(ReviewLink.checkpoint_id == run.checkpoint_id)
         )
-    assert count == 3
+    assert count == 4
 
 
 async def test_the_mail_chat_link_lets_its_reviewer_decide_in_the_chat(service: Service) -> None:
     run = await paused_run(service)
     secret = service.settings.secret_key
-    good = reviewer_chat_token(secret, run.execution_id, REVIEWER)
+    path, good = chat_link_in((await review_mail(service, run.execution_id)).text_body)
     async with service.db.reading() as session:
         granted = await access_to(session, run.execution_id, secret_key=secret, person=None, reviewer_token=good)
         assert granted is not None and granted.decider == REVIEWER and not granted.via_session
-        other = reviewer_chat_token(secret, run.execution_id, "someone@example.com")
-        assert await access_to(session, run.execution_id, secret_key=secret, person=None, reviewer_token=other) is None
-    mail = await review_mail(service, run.execution_id)
-    chat = re.search(r"http://vouch\.test(/chat/\S+)", mail.text_body)
-    assert chat is not None
-    page = await Browser(service.app).get(chat.group(1))
+        forged = await access_to(session, run.execution_id, secret_key=secret, person=None, reviewer_token="x" + good)
+        assert forged is None
+    page = await Browser(service.app).get(path)
     assert page.status == 200 and f'data-reviewer-token="{good}"' in page.text
     # The same page without the reviewer token (a shared view link) hands none to the script.
-    shared = await Browser(service.app).get(chat.group(1).split("&rt=")[0])
+    shared = await Browser(service.app).get(path.split("&rt=")[0])
     assert shared.status == 200 and 'data-reviewer-token=""' in shared.text
     # Another reviewer assigned since: the old mail's chat link speaks for no one.
     async with service.db.transaction() as session:

@@ -1,0 +1,427 @@
+"""Who may decide, on every channel: channel by actor → the exact answer, and whether a decision was written.
+
+Every case starts from the same story: an execution of the owner, reviewed first by Andy, who got the review
+mail; the owner then PATCHed the reviewer to Rita, who got a mail of her own; Bob is the backup reviewer
+(escalated or not). Each channel is driven the way its users drive it: the API and the CLI over HTTP with an
+API key, the inbox with a signed-in session and its CSRF token, the chat over Socket.IO, the mail's links and
+the mail's reply through their own pages and the SMTP listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.message
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import aiosmtplib
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from api.client.cli import checkpoints as checkpoints_cli
+from api.websession import IDLE_LIFETIME, SESSION_COOKIE, token_digest
+from core.accounts import user_by_email
+from core.ids import new_id
+from core.links import chat_view_token
+from core.models import Checkpoint, Decision, Execution, MailMessage, ReviewTimer, WebSession, utcnow
+from core.settings import Settings
+from review.inbound import InboundListener
+from review.notify import checkpoint_awaiting, reply_address
+from review.timers import process_due_timers
+from tests.api.helpers import account, decision_path
+from tests.api.rows import insert_execution
+from tests.chat.helpers import Watcher
+from tests.conftest import Account, Service, bearer
+from tests.review.mail_support import REPLY_TAG, chat_link_in, links_in
+from tests.support.live import live_server
+from tests.support.ports import free_port
+from tests.web.browser import Browser
+
+OWNER, RITA, ANDY, BOB, XAVI = (
+    "olga@example.com", "rita@example.com", "andy@example.com", "bob@example.com", "xavi@example.com",
+)  # fmt: skip
+ORIGIN = "http://vouch.test"
+
+
+@dataclass
+class Person:
+    account: Account
+    cookie: str
+    csrf: str
+
+
+@dataclass
+class Tokens:
+    approve: str  # the Approve link's path
+    reply: str
+    chat: str  # the chat link's `rt`
+
+
+@dataclass
+class Case:
+    execution_id: str
+    checkpoint_id: str
+    andy: Tokens  # from the mail sent before the PATCH
+    rita: Tokens  # from the mail the PATCH sent
+    # Andy opened his Approve link before the PATCH: the browser and the form's CSRF token he holds.
+    andy_browser: Browser
+    andy_csrf: str
+
+
+@dataclass
+class World:
+    service: Service
+    base: str
+    smtp_port: int
+    people: dict[str, Person]
+
+
+async def _person(service: Service, email: str) -> Person:
+    acct = await account(service, email, "eval:manage")
+    token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    now = utcnow()
+    async with service.db.transaction() as session:
+        user = await user_by_email(session, email)
+        assert user is not None
+        session.add(
+            WebSession(
+                id=token_digest(service.settings.secret_key, "session", token),
+                user_id=user.id,
+                csrf_token=csrf,
+                created_at=now,
+                last_seen_at=now,
+                expires_at=now + IDLE_LIFETIME,
+            )
+        )
+    return Person(acct, f"{SESSION_COOKIE}={token}", csrf)
+
+
+def _tokens(mail: MailMessage) -> Tokens:
+    reply = REPLY_TAG.search(mail.subject)
+    assert reply is not None
+    return Tokens(links_in(mail.text_body)["approve"], reply.group(1), chat_link_in(mail.text_body)[1])
+
+
+async def _mail(service: Service, execution_id: str, recipient: str) -> MailMessage:
+    async with service.db.reading() as session:
+        (mail,) = await session.scalars(
+            sa.select(MailMessage).where(
+                MailMessage.execution_id == execution_id,
+                MailMessage.recipient == recipient,
+                MailMessage.message_key.like("review:%"),
+            )
+        )
+        return mail
+
+
+async def new_case(world: World, *, escalated: bool) -> Case:
+    service = world.service
+    owner = world.people[OWNER].account
+    execution_id, (checkpoint_id,) = await insert_execution(
+        service.db, owner, reviewer=ANDY, checkpoints=1, awaiting=True
+    )
+    async with service.db.transaction() as session:
+        await session.execute(sa.update(Execution).where(Execution.id == execution_id).values(backup_reviewer=BOB))
+        checkpoint = await session.get_one(Checkpoint, checkpoint_id)
+        await checkpoint_awaiting(session, service.settings, execution_id, checkpoint, None)
+        if escalated:
+            session.add(
+                ReviewTimer(
+                    id=new_id("tmr"),
+                    execution_id=execution_id,
+                    checkpoint_id=checkpoint_id,
+                    attempt=1,
+                    kind="escalation",
+                    due_at=utcnow() - timedelta(seconds=1),
+                    fired_at=utcnow(),
+                )
+            )
+    andy = _tokens(await _mail(service, execution_id, ANDY))
+    andy_browser = Browser(service.app)
+    opened = await andy_browser.get(andy.approve)
+    assert opened.status == 200
+    patched = await service.client.patch(
+        f"/api/eval/executions/{execution_id}", json={"assignedReviewer": RITA}, headers=bearer(owner.key)
+    )
+    assert patched.status_code == 200, await patched.get_json()
+    rita = _tokens(await _mail(service, execution_id, RITA))
+    return Case(execution_id, checkpoint_id, andy, rita, andy_browser, opened.csrf())
+
+
+async def decisions(world: World, case: Case) -> list[tuple[str, str]]:
+    async with world.service.db.reading() as session:
+        rows = await session.execute(
+            sa.select(Decision.decided_by, Decision.via).where(Decision.checkpoint_id == case.checkpoint_id)
+        )
+        return [(row.decided_by, row.via) for row in rows]
+
+
+# A channel: (world, case, who) → the answer, in a short stable form.
+Channel = Callable[[World, Case, str | None], Awaitable[str]]
+
+
+async def by_api(world: World, case: Case, who: str | None) -> str:
+    headers = bearer(world.people[who].account.key) if who else {}
+    response = await world.service.client.post(
+        decision_path(case.execution_id, case.checkpoint_id), json={"decision": "approve"}, headers=headers
+    )
+    body = await response.get_json()
+    return f"{response.status_code} {body.get('code', '')}".strip()
+
+
+async def by_cli(world: World, case: Case, who: str | None) -> str:
+    key = world.people[who].account.key if who else "svc_eval_" + "0" * 32
+    arguments = ["--url", world.base, "--api-key", key, "decide", case.execution_id, case.checkpoint_id, "approve"]
+    result = await asyncio.to_thread(CliRunner().invoke, checkpoints_cli, arguments)
+    words = result.output.strip().split(": ")
+    return f"exit {result.exit_code}" + (f" {words[1]}" if result.exit_code and len(words) > 2 else "")
+
+
+async def by_inbox(world: World, case: Case, who: str | None) -> str:
+    """The detail page (status, whether it offers the form), the inbox list, then the form's POST."""
+    person = world.people.get(who or "")
+    browser = Browser(world.service.app, cookies=dict([person.cookie.split("=", 1)]) if person else {})
+    page = await browser.get(f"/review/inbox/{case.checkpoint_id}")
+    listed = case.checkpoint_id in (await browser.get("/review/inbox")).text
+    form = {"csrf_token": person.csrf if person else "", "decision": "approve", "attempt": "1", "comment": ""}
+    posted = await browser.post(f"/review/inbox/{case.checkpoint_id}", form)
+    offered = 'name="decision"' in page.text
+    return f"page {page.status}{' form' if offered else ''}{' listed' if listed else ''}, post {posted.status}"
+
+
+async def _chat(world: World, case: Case, who: str | None, **extra: Any) -> str:
+    watcher = Watcher()
+    person = world.people.get(who or "")
+    view = chat_view_token(world.service.settings.secret_key, case.execution_id)
+    try:
+        await watcher.connect(
+            world.base,
+            auth={"executionId": case.execution_id, "token": view},
+            cookie=person.cookie if person else None,
+            origin=ORIGIN,
+        )
+        joined: dict[str, Any] = await watcher.client.call(
+            "join_execution",
+            {"executionId": case.execution_id, "token": view, "afterSeq": 0, **extra},
+            namespace="/chat",
+            timeout=15,
+        )
+        answer = await watcher.decide(
+            case.execution_id, case.checkpoint_id, "approve", token=view, csrf=person.csrf if person else None, **extra
+        )
+    finally:
+        await watcher.close()
+    buttons = "buttons" if joined.get("canDecide") else "no buttons"
+    return f"{buttons}, " + ("ok" if answer.get("ok") else str(answer.get("error")))
+
+
+async def by_chat(world: World, case: Case, who: str | None) -> str:
+    return await _chat(world, case, who)
+
+
+async def by_chat_link(world: World, case: Case, who: str | None) -> str:
+    """The review mail's chat link: `who` is whose mail it came from (no session)."""
+    tokens = {ANDY: case.andy, RITA: case.rita}.get(who or "")
+    return await _chat(world, case, None, reviewerToken=tokens.chat if tokens else "not-a-token")
+
+
+async def by_mail_link(world: World, case: Case, who: str | None) -> str:
+    """The Approve link of `who`'s mail, opened and confirmed in a browser that is not signed in."""
+    tokens = {ANDY: case.andy, RITA: case.rita}.get(who or "")
+    path = tokens.approve if tokens else "/review/link/not-a-token"
+    browser = case.andy_browser if who == ANDY else Browser(world.service.app)
+    page = await browser.get(path)
+    csrf = case.andy_csrf if who == ANDY else page.csrf() if page.status == 200 else ""
+    posted = await browser.post(path, {"csrf_token": csrf, "comment": ""})
+    return f"page {page.status}, post {posted.status}"
+
+
+async def by_reply(world: World, case: Case, who: str | None) -> str:
+    """A reply from `who` carrying Rita's reply token, or Andy's own token when `who` is Andy."""
+    token = (case.andy if who == ANDY else case.rita).reply
+    sender = who or "nobody@example.net"
+    message = email.message.EmailMessage()
+    message["From"], message["To"] = sender, reply_address(world.service.settings, token)
+    message["Subject"] = f"Re: review [vouch:{token}]"
+    message.set_content("approve\n")
+    recipient = str(message["To"])
+    await aiosmtplib.send(message, hostname="127.0.0.1", port=world.smtp_port, sender=sender, recipients=[recipient])
+    return "sent"  # the listener answers 250 whatever it did: the decision rows tell
+
+
+SIGNED_OUT = None
+ACTORS = {
+    "assigned reviewer": RITA,
+    "reviewer replaced by a PATCH": ANDY,
+    "backup before escalation": BOB,
+    "backup after escalation": BOB,
+    "owner, not the reviewer": OWNER,
+    "another user (valid key or session and CSRF)": XAVI,
+    "signed out": SIGNED_OUT,
+}
+
+# channel → actor → (answer, who decided or None). An actor missing from a channel holds nothing it could use
+# there: the backup reviewer gets no mail token (see test_the_escalation_mail_carries_nothing_that_decides).
+EXPECTED: dict[str, dict[str, tuple[str, str | None]]] = {
+    "api": {
+        "assigned reviewer": ("200", RITA),
+        "reviewer replaced by a PATCH": ("404 not_found", None),
+        "backup before escalation": ("404 not_found", None),
+        "backup after escalation": ("200", BOB),
+        "owner, not the reviewer": ("403 not_assigned_reviewer", None),
+        "another user (valid key or session and CSRF)": ("404 not_found", None),
+        "signed out": ("401 missing_api_key", None),
+    },
+    "cli": {
+        "assigned reviewer": ("exit 0", RITA),
+        "reviewer replaced by a PATCH": ("exit 5 not_found", None),
+        "backup before escalation": ("exit 5 not_found", None),
+        "backup after escalation": ("exit 0", BOB),
+        "owner, not the reviewer": ("exit 5 not_assigned_reviewer", None),
+        "another user (valid key or session and CSRF)": ("exit 5 not_found", None),
+        "signed out": ("exit 5 invalid_api_key", None),
+    },
+    "inbox": {
+        "assigned reviewer": ("page 200 form listed, post 303", RITA),
+        "reviewer replaced by a PATCH": ("page 404, post 404", None),
+        # Named on the execution, so the page shows (history links there), but without the form.
+        "backup before escalation": ("page 200, post 404", None),
+        "backup after escalation": ("page 200 form listed, post 303", BOB),
+        "owner, not the reviewer": ("page 404, post 404", None),
+        "another user (valid key or session and CSRF)": ("page 404, post 404", None),
+        "signed out": ("page 303, post 303", None),
+    },
+    "chat": {
+        "assigned reviewer": ("buttons, ok", RITA),
+        "reviewer replaced by a PATCH": ("no buttons, not_assigned_reviewer", None),
+        "backup before escalation": ("no buttons, not_assigned_reviewer", None),
+        "backup after escalation": ("buttons, ok", BOB),
+        "owner, not the reviewer": ("no buttons, not_assigned_reviewer", None),
+        "another user (valid key or session and CSRF)": ("no buttons, not_assigned_reviewer", None),
+        "signed out": ("no buttons, not_assigned_reviewer", None),
+    },
+    "chat link from the review mail": {
+        "assigned reviewer": ("buttons, ok", RITA),
+        "reviewer replaced by a PATCH": ("no buttons, not_assigned_reviewer", None),
+        "signed out": ("no buttons, not_assigned_reviewer", None),
+    },
+    "mail link": {
+        "assigned reviewer": ("page 200, post 200", RITA),
+        "reviewer replaced by a PATCH": ("page 410, post 410", None),
+        "signed out": ("page 404, post 404", None),
+    },
+    "mail reply": {
+        "assigned reviewer": ("sent", RITA),
+        "reviewer replaced by a PATCH": ("sent", None),
+        "another user (valid key or session and CSRF)": ("sent", None),
+    },
+}
+CHANNELS: dict[str, Channel] = {
+    "api": by_api,
+    "cli": by_cli,
+    "inbox": by_inbox,
+    "chat": by_chat,
+    "chat link from the review mail": by_chat_link,
+    "mail link": by_mail_link,
+    "mail reply": by_reply,
+}
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Iterator[Settings]:
+    yield settings.with_changes(inbound_smtp=f"127.0.0.1:{free_port()}", mail_from="Vouch <vouch@vouch.test>")
+
+
+@pytest.fixture
+async def world(api_only: Service) -> AsyncIterator[World]:
+    people = {email: await _person(api_only, email) for email in (OWNER, RITA, ANDY, BOB, XAVI)}
+    listener = InboundListener(api_only.settings, api_only.db)
+    await listener.start()
+    try:
+        with live_server(api_only.settings, run_worker=False) as base:
+            yield World(api_only, base, listener.port, people)
+    finally:
+        await listener.stop()
+
+
+async def test_who_may_decide_on_every_channel(world: World, subtests: pytest.Subtests) -> None:
+    assert set(EXPECTED) == set(CHANNELS)
+    for channel, rows in EXPECTED.items():
+        for actor, (answer, decider) in rows.items():
+            with subtests.test(msg=f"{channel} by {actor}"):
+                case = await new_case(world, escalated=actor == "backup after escalation")
+                got = await CHANNELS[channel](world, case, ACTORS[actor])
+                written = await decisions(world, case)
+                assert (got, written) == (answer, [(decider, _via(channel))] if decider else [])
+
+
+def _via(channel: str) -> str:
+    return {"cli": "api", "inbox": "web", "chat link from the review mail": "chat", "mail link": "email",
+            "mail reply": "email"}.get(channel, channel)  # fmt: skip
+
+
+async def test_the_replaced_reviewer_is_told_nothing_and_the_new_one_everything(world: World) -> None:
+    """The PATCH spends Andy's links in its own transaction and mails Rita working ones; Andy's link pages say why."""
+    case = await new_case(world, escalated=False)
+    browser = Browser(world.service.app)
+    page = await browser.get(case.andy.approve)
+    assert page.status == 410 and "no longer decides" in page.text and "changed who reviews it" in page.text
+    # Nothing on that page decides: no rt, no Approve or Reject link, only the shared view link.
+    assert "rt=" not in page.text and "/review/link/" not in page.text
+    mail = await _mail(world.service, case.execution_id, RITA)
+    assert mail.subject.startswith("Review needed: Inserted — stage 0")
+    rita_page = await browser.get(case.rita.approve)
+    assert rita_page.status == 200 and RITA in rita_page.text
+
+
+async def test_a_reviewer_named_again_gets_fresh_links(world: World) -> None:
+    case = await new_case(world, escalated=False)
+    owner = world.people[OWNER].account
+    back = await world.service.client.patch(
+        f"/api/eval/executions/{case.execution_id}", json={"assignedReviewer": ANDY}, headers=bearer(owner.key)
+    )
+    assert back.status_code == 200
+    async with world.service.db.reading() as session:
+        mails = list(
+            await session.scalars(
+                sa.select(MailMessage)
+                .where(MailMessage.execution_id == case.execution_id, MailMessage.recipient == ANDY)
+                .order_by(MailMessage.created_at)
+            )
+        )
+    assert len(mails) == 2
+    fresh = _tokens(mails[1])
+    assert (await Browser(world.service.app).get(case.andy.approve)).status == 410
+    assert (await Browser(world.service.app).get(case.rita.approve)).status == 410
+    again = Case(case.execution_id, case.checkpoint_id, fresh, fresh, Browser(world.service.app), "")
+    assert await by_mail_link(world, again, RITA) == "page 200, post 200"
+    assert await decisions(world, case) == [(ANDY, "email")]
+
+
+async def test_the_escalation_mail_carries_nothing_that_decides(api_only: Service) -> None:
+    """The backup reviewer decides signed in (inbox, chat, API): their mail holds no token."""
+
+    owner = await account(api_only, OWNER, "eval:manage")
+    execution_id, (checkpoint_id,) = await insert_execution(api_only.db, owner, reviewer=RITA, checkpoints=1,
+                                                            awaiting=True)  # fmt: skip
+    async with api_only.db.transaction() as session:
+        await session.execute(sa.update(Execution).where(Execution.id == execution_id).values(backup_reviewer=BOB))
+        session.add(ReviewTimer(id=new_id("tmr"), execution_id=execution_id, checkpoint_id=checkpoint_id, attempt=1,
+                                kind="escalation", due_at=utcnow()))  # fmt: skip
+    assert await process_due_timers(api_only.db, api_only.settings) == 1
+    async with api_only.db.reading() as session:
+        (mail,) = await session.scalars(sa.select(MailMessage).where(MailMessage.recipient == BOB))
+    assert "/review/inbox/" + checkpoint_id in mail.text_body
+    assert "/review/link/" not in mail.text_body and "rt=" not in mail.text_body and "[vouch:" not in mail.subject
+
+
+async def test_a_reply_is_logged_with_why_it_did_not_decide(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    case = await new_case(world, escalated=False)
+    with caplog.at_level(logging.INFO, logger="review.inbound"):
+        await by_reply(world, case, ANDY)
+    assert any("ignored: the review is reassigned" in record.getMessage() for record in caplog.records)
