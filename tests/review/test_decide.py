@@ -18,7 +18,7 @@ from core.events import events_after, isoformat
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Decision, Execution, utcnow
 from core.settings import Settings
-from review import AlreadyDecided, DecisionError, DecisionRecord, NotAwaitingReview, decide
+from review import AlreadyDecided, DecisionError, DecisionRecord, NotAwaitingReview, NotReviewer, decide
 from tests.conftest import make_account
 
 REVIEWER = "reviewer@example.com"
@@ -272,3 +272,30 @@ async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Setti
     expected = ("approved", "running") if winner.decision == "approve" else ("pending", "running")
     assert (after["checkpoints"][0].status, after["execution"].status) == expected
     assert [seq for seq, _, _ in after["events"]] == list(range(1, len(after["events"]) + 1))
+
+
+async def test_a_person_who_may_not_decide_now_is_refused_whatever_the_channel_checked(
+    db: Database, settings: Settings
+) -> None:
+    """The rule is asked again inside decide(): a channel that checked before a PATCH, or not at all, still
+    cannot record a decision for someone who may not decide; the refusal rolls everything back."""
+    exe, (first, _) = await paused_execution(db, settings, backupReviewer="backup@example.com")
+    async with db.transaction() as session:
+        await session.execute(
+            sa.update(Execution).where(Execution.id == exe).values(assigned_reviewer="new@example.com")
+        )
+    before = await state(db, exe)
+    for who, via in ((REVIEWER, "email"), (REVIEWER, "chat"), ("backup@example.com", "web"), ("owner@x.com", "api")):
+        with pytest.raises(NotReviewer) as refused:
+            async with db.transaction() as session:
+                await decide(session, first, "approve", by=who, via=via)
+        assert refused.value.code == "not_assigned_reviewer"
+    after = await state(db, exe)
+    assert [c.status for c in after["checkpoints"]] == [c.status for c in before["checkpoints"]] == [
+        "awaiting_review",
+        "pending",
+    ]
+    assert after["decisions"] == [] and after["events"] == before["events"]
+    async with db.transaction() as session:
+        record = await decide(session, first, "approve", by="new@example.com", via="api")
+    assert record.by == "new@example.com"
