@@ -6,10 +6,10 @@ its RESP3 parser, retry wrapper; bench/README.md): the largest single cost of a 
 client keeps one connection, writes each command as soon as it is asked (all commands asked in one event-loop turn
 leave in one write), and resolves the callers' futures in order as the replies arrive: Redis answers a connection's
 commands in the order sent. Replies are integers, simple and bulk strings, errors and arrays of those (what EVALSHA
-of our script, SCRIPT LOAD, AUTH, SELECT, CLIENT SETNAME, PUBLISH, PSUBSCRIBE and PING answer). On a subscribed connection the
-messages Redis pushes (`pmessage`) go to `on_push` as they are read, not to a caller. A lost connection fails every
-command in flight and the next command opens a new one. Errors are redis-py's exception types, so callers handle
-both clients alike.
+of our script, SCRIPT LOAD, AUTH, SELECT, CLIENT SETNAME, PUBLISH, PSUBSCRIBE and PING answer). On a subscribed
+connection the messages Redis pushes (`pmessage`) go to `on_push` as they are read, not to a caller. A lost
+connection fails every command in flight and the next command opens a new one. Errors are redis-py's exception
+types, so callers handle both clients alike.
 """
 
 from __future__ import annotations

@@ -10,22 +10,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
 import sqlalchemy as sa
+from redis.exceptions import RedisError
 
 from agents.worker import Worker
 from core.db import Database
+from core.links import chat_view_token
 from core.mail import enqueue_mail
 from core.models import Execution
 from core.redis_bus import RedisBus
 from core.settings import Settings
-from core.links import chat_view_token
 from tests.chat.helpers import Watcher, append, new_execution
 from tests.conftest import make_account
 from tests.core.webhook_support import finish
@@ -39,6 +40,7 @@ from tests.support.webhook_receiver import Receiver, webhook_receiver
 
 # The worker's loops that subscribe: its wake-ups, the mail dispatcher and the webhook sender.
 WORKER_SUBSCRIPTIONS = 3
+WORKER_LOOPS = ("the worker's wake-ups", "the mail dispatcher", "the webhook sender")
 # Far longer than any wait below: what happens in time was woken by the bus.
 SLOW_POLL = 600.0
 
@@ -93,23 +95,38 @@ class Outside:
         assert await until(done, timeout=timeout) == "completed"
 
 
+def _said(caplog: pytest.LogCaptureFixture, start: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(start)]
+
+
 def key_of() -> str:
     from core.ids import new_id
 
     return new_id("k")
 
 
-@contextmanager
-def redis_server(port: int, data_dir: Path) -> Iterator[None]:
-    """A Redis of this test's own on `port`, stopped after."""
+@asynccontextmanager
+async def redis_server(port: int, data_dir: Path) -> AsyncIterator[aioredis.Redis]:
+    """A Redis of this test's own on `port` (a client of it, once it answers), stopped after."""
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", str(data_dir)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    admin = aioredis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
+
+    async def answers() -> bool | None:
+        assert proc.poll() is None, "redis-server exited"
+        try:
+            return bool(await admin.ping()) or None
+        except (OSError, RedisError):
+            return None
+
     try:
-        yield
+        await until(answers, timeout=15)
+        yield admin
     finally:
+        await admin.aclose()
         proc.terminate()
         proc.wait(timeout=15)
 
@@ -156,6 +173,7 @@ async def _all_subscribed(admin: aioredis.Redis, name: str, *, except_ids: froze
 async def test_mail_webhooks_and_wake_ups_flow_again_after_the_workers_redis_connections_are_killed(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="core.reconnect")
     admin = aioredis.Redis.from_url(REDIS_URL)
     try:
         async with running(settings) as (worker, outside):
@@ -187,34 +205,39 @@ async def test_mail_webhooks_and_wake_ups_flow_again_after_the_workers_redis_con
 async def test_a_worker_started_while_redis_is_down_polls_meanwhile_and_subscribes_once_it_is_up(
     settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="core.reconnect")
     port = free_port()
     base = f"redis://127.0.0.1:{port}/0"
     async with running(settings, base) as (worker, outside):
         # Nothing listens on `port`: the loops live on. (The poll is slow here, so mail waits for Redis; a
         # loop that died at start would never send it.)
         await outside.mail("while down")
-        await until(lambda: _some([r for r in caplog.records if "lost Redis" in r.getMessage()]), timeout=15)
-        with redis_server(port, tmp_path):
-            admin = aioredis.Redis.from_url(base)
-            try:
-                await _all_subscribed(admin, worker)
-                # Subscribing again is when a loop looks for what it may have missed.
-                await outside.mailed("while down", timeout=15)
-                await outside.mail("after")
-                await outside.mailed("after", timeout=15)
-                await outside.webhook(timeout=15)
-                await outside.run_task(timeout=30)
-            finally:
-                await admin.aclose()
-    lost = [r for r in caplog.records if r.levelno == logging.WARNING and "lost Redis" in r.getMessage()]
-    # One warning per loop however many retries failed meanwhile (the web side's listeners may warn too).
-    worker_lost = [r for r in lost if "worker" in r.getMessage() or "mail" in r.getMessage() or "webhook" in r.getMessage()]
-    assert len(worker_lost) == WORKER_SUBSCRIPTIONS, [r.getMessage() for r in lost]
+        caplog.set_level(logging.DEBUG, logger="core.reconnect")
+
+        async def retried() -> bool | None:
+            # Each loop has failed more than once (and warned once, asserted below): it keeps trying.
+            failed = [r.getMessage() for r in caplog.records if ": attempt 2 failed" in r.getMessage()]
+            return all(any(line.startswith(loop) for line in failed) for loop in WORKER_LOOPS) or None
+
+        await until(retried, timeout=15)
+        async with redis_server(port, tmp_path) as admin:
+            await _all_subscribed(admin, worker)
+            # Subscribing again is when a loop looks for what it may have missed.
+            await outside.mailed("while down", timeout=15)
+            await outside.mail("after")
+            await outside.mailed("after", timeout=15)
+            await outside.webhook(timeout=15)
+            await outside.run_task(timeout=30)
+            # One warning per loop however many attempts failed meanwhile, and one line once it was back.
+            for said in ("lost Redis", ": Redis is back"):
+                lines = [r.getMessage() for r in caplog.records if said in r.getMessage()]
+                assert len([line for line in lines if line.startswith(WORKER_LOOPS)]) == len(WORKER_LOOPS), lines
 
 
 async def test_the_chat_fan_out_hears_the_worker_again_after_the_web_process_loses_redis(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="core.reconnect")
     web_url, web_name = named_url("chat-web")
     chat_settings = settings.with_changes(base_url=None, redis_url=web_url)
     from chat.fanout import WorkerEmitter
@@ -240,11 +263,13 @@ async def test_the_chat_fan_out_hears_the_worker_again_after_the_web_process_los
             caplog.clear()
             killed = await kill(admin, web_name)
             assert killed
+            # Subscribed again (said so, and Redis agrees): what is published from now on is heard.
+            await until(lambda: _some(_said(caplog, "the chat's Socket.IO listener: Redis is back")), timeout=15)
             await until(lambda: fan_out_subscribed(frozenset(killed)), timeout=15)
             (seq,) = await append(worker_db, execution_id)
             await watcher.until_live(execution_id, seq)
-            assert any("chat" in r.getMessage() and "lost Redis" in r.getMessage() for r in caplog.records)
-            assert any("chat" in r.getMessage() and "Redis is back" in r.getMessage() for r in caplog.records)
+            assert len(_said(caplog, "the chat's Socket.IO listener lost Redis")) == 1
+            assert len(_said(caplog, "the chat's Socket.IO listener: Redis is back")) == 1
     finally:
         await watcher.close()
         await worker_db.dispose()

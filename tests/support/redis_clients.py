@@ -39,4 +39,3 @@ async def kill(admin: aioredis.Redis, name: str) -> set[str]:
     for client_id in ids:
         await admin.execute_command("CLIENT", "KILL", "ID", client_id)
     return ids
-
