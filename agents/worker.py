@@ -56,7 +56,9 @@ class Worker:
         inbound = InboundListener(self.settings, self.db) if self.settings.inbound_smtp else None
         if inbound is not None:
             await inbound.start()
-        wakeups = self.db.bus.listen((WAKE_CHANNEL,), self._woken, self._missed)
+        wakeups = self.db.bus.listen(
+            (WAKE_CHANNEL,), self._woken, self._missed, name="the worker's wake-ups", meanwhile="it polls on its own"
+        )
         helpers = [asyncio.create_task(run_review_timers(self.db, self.settings, stop))]
         # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
         helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))

@@ -177,6 +177,12 @@ def listen_for_invalidations(bus: Bus, keys: ApiKeyCache, statuses: StatusCache)
         keys.clear()
         statuses.clear()
 
-    listening = bus.listen((EXECUTION_CHANNEL_PREFIX, CACHE_CHANNEL), on_message, on_reset)
+    listening = bus.listen(
+        (EXECUTION_CHANNEL_PREFIX, CACHE_CHANNEL),
+        on_message,
+        on_reset,
+        name="the caches' bus listener",
+        meanwhile="caches are cleared and bypassed",
+    )
     keys.entries.hearing = statuses.entries.hearing = lambda: listening.healthy
     return listening

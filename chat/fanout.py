@@ -18,19 +18,24 @@ watcher that misses a message finds the gap by `seq` and asks the database for i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import types
 import weakref
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any, Protocol
 
 import socketio
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
 from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from socketio import packet as sio_packet
 
 from core.bus import SentInOrder
+from core.reconnect import Reconnecting
 from core.redis_bus import RedisPublisher
 
 log = logging.getLogger(__name__)
@@ -277,7 +282,37 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
 
 class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: ignore[misc]
     """Rooms shared through Redis; what arrives is delivered locally in turn (the MRO puts InTurnDelivery's
-    emit under the pub/sub manager's own, which publishes, then delivers here)."""
+    emit under the pub/sub manager's own, which publishes, then delivers here).
+
+    Its listener keeps its subscription up as every other Redis subscription here does (core/reconnect.py).
+    python-socketio's own loop logged an error on every failed attempt, waited up to a minute between them, never
+    said when it was back, and left each lost subscription's connection open; and redis-py's retries, which
+    resubscribe behind the caller's back, are off (no retries: a lost connection is raised, and counted here).
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, redis_options={"retry": Retry(NoBackoff(), 0)})
+        self._reconnecting = Reconnecting(
+            "the chat's Socket.IO listener", "live events from other processes are missed (watchers catch up by seq)"
+        )
+
+    async def _redis_listen_with_retries(self) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            if self.redis is None:
+                self._redis_connect()
+            # A pubsub of its own each time, on the one client's pool: the manager's publishes share that client.
+            pubsub = self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.channel)
+                self._reconnecting.subscribed()
+                async for message in pubsub.listen():
+                    yield message
+                raise RedisConnectionError("the subscription ended")  # listen() ends only once unsubscribed
+            except Exception as exc:
+                delay = self._reconnecting.failed(exc)
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # its connection, reconnected by redis-py on the way out, goes too
+                await asyncio.sleep(delay)
 
 
 def server_manager(redis_url: str | None) -> socketio.AsyncManager:

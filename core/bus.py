@@ -54,12 +54,20 @@ class Bus(Protocol):
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]: ...
 
     def listen(
-        self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
+        self,
+        prefixes: tuple[str, ...],
+        on_message: MessageListener,
+        on_reset: Callable[[], None],
+        *,
+        name: str = "a bus listener",
+        meanwhile: str = "messages from other processes are missed",
     ) -> Listening:
         """Call `on_message` for every message on a channel with one of `prefixes`, from this process and
         (with Redis) every other. A message published in this process is heard before `publish` returns:
         a change committed here is known here by the time its request answers. `on_reset` is called
-        whenever messages may have been missed (a lost connection, a resubscription)."""
+        whenever messages may have been missed (a lost connection, a resubscription). The listener keeps
+        its subscription up by itself (core/reconnect.py); `name` and `meanwhile` are what its one warning
+        says when Redis is lost."""
 
     async def close(self) -> None: ...
 
@@ -129,7 +137,13 @@ class InProcessBus:
         pass  # delivered as published
 
     def listen(
-        self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
+        self,
+        prefixes: tuple[str, ...],
+        on_message: MessageListener,
+        on_reset: Callable[[], None],
+        *,
+        name: str = "a bus listener",
+        meanwhile: str = "messages from other processes are missed",
     ) -> Listening:
         listener = LocalListener(prefixes, on_message, on_reset)
         self._listeners.append(listener)

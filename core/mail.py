@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.db import Database, publish_after_commit
 from core.ids import new_id
 from core.models import MailMessage, utcnow
+from core.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +177,16 @@ async def _record_failure(db: Database, message: MailMessage, exc: Exception) ->
 
 
 async def run_mail_dispatcher(db: Database, smtp_url: str, stop: asyncio.Event, poll_seconds: float) -> None:
-    """Deliver queued mail until `stop` is set: woken by the bus, with a slow poll as safety net."""
+    """Deliver queued mail until `stop` is set: woken by the bus, with a slow poll as safety net (and as all
+    there is while Redis is away: core/wakeups.py)."""
     target = SmtpTarget.from_url(smtp_url)
-    async with db.bus.subscribe(MAIL_CHANNEL) as wake:
+    wakeups = Wakeups(db.bus, (MAIL_CHANNEL,), "the mail dispatcher")
+    try:
         while not stop.is_set():
             try:
                 await deliver_due_mail(db, target)
             except Exception:
                 log.exception("mail dispatch round failed")
-            await wake.get(timeout=poll_seconds)
+            await wakeups.wait(poll_seconds)
+    finally:
+        await wakeups.stop()

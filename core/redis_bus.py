@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from core.bus import Listening, LocalListener, MessageListener, SentInOrder, Subscription, notify_listeners
+from core.reconnect import Reconnecting
 from core.resp import Reply, RespClient
 
 log = logging.getLogger(__name__)
@@ -151,11 +152,17 @@ class RedisBus:
         self._publisher.flush()
 
     def listen(
-        self, prefixes: tuple[str, ...], on_message: MessageListener, on_reset: Callable[[], None]
+        self,
+        prefixes: tuple[str, ...],
+        on_message: MessageListener,
+        on_reset: Callable[[], None],
+        *,
+        name: str = "a bus listener",
+        meanwhile: str = "messages from other processes are missed",
     ) -> Listening:
         listener = LocalListener(prefixes, on_message, on_reset)
         self._listeners.append(listener)
-        listening = RedisListening(self._url, listener, self._listeners)
+        listening = RedisListening(self._url, listener, self._listeners, Reconnecting(name, meanwhile))
         self._listenings.append(listening)
         return listening
 
@@ -185,17 +192,20 @@ def _pattern(prefix: str) -> str:
 
 class RedisListening:
     """One pattern subscription per listener on a connection of its own, kept up by a task: on any failure it
-    calls `on_reset`, waits, and subscribes again (calling `on_reset` once more, for what was published while it
-    was away). Messages are delivered as the connection reads them (core/resp.py's `on_push`): no task stands
-    between Redis and the listener. A PING every few idle seconds finds a connection that died silently."""
+    calls `on_reset`, waits (core/reconnect.py: one warning, a doubling wait up to a cap, one line once back),
+    and subscribes again (calling `on_reset` once more, for what was published while it was away). Messages are
+    delivered as the connection reads them (core/resp.py's `on_push`): no task stands between Redis and the
+    listener. A PING every few idle seconds finds a connection that died silently."""
 
-    RETRY_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
     PING_SECONDS = 5.0
 
-    def __init__(self, url: str, listener: LocalListener, local: list[LocalListener]) -> None:
+    def __init__(
+        self, url: str, listener: LocalListener, local: list[LocalListener], reconnecting: Reconnecting
+    ) -> None:
         self._url = url
         self._listener = listener
         self._local = local
+        self._reconnecting = reconnecting
         self._healthy = False
         self._task = asyncio.create_task(self._run(), name="bus-listener")
 
@@ -214,7 +224,6 @@ class RedisListening:
         self._listener.deliver(channel, message)
 
     async def _run(self) -> None:
-        failures = 0
         patterns = [_pattern(prefix) for prefix in self._listener.prefixes]
         while True:
             client = RespClient(self._url, REDIS_ANSWER_SECONDS, on_push=self._pushed)
@@ -223,23 +232,23 @@ class RedisListening:
                 for pattern in patterns:  # one command each: each answers one confirmation
                     await client.call(b"PSUBSCRIBE", pattern)
                 self._healthy = True
-                failures = 0
+                self._reconnecting.subscribed()
                 self._listener.on_reset()  # whatever was published before this subscription was missed
                 while True:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(lost), self.PING_SECONDS)
+                    # Not wait_for: on 3.11 it swallows a cancel that comes as `lost` completes (a shutdown while
+                    # Redis goes away), and this task then outlived its `stop`.
+                    await asyncio.wait((lost,), timeout=self.PING_SECONDS)
                     if lost.done():
-                        raise RedisConnectionError("the bus listener's connection to Redis was lost")
+                        raise RedisConnectionError("its connection was closed")
                     await client.call(b"PING")
             except asyncio.CancelledError:
                 raise
-            except (RedisError, OSError, TimeoutError, ValueError) as exc:
-                if self._healthy or failures == 0:
-                    log.warning("bus listener lost Redis (%s); caches are cleared and bypassed until it is back", exc)
+            except Exception as exc:  # whatever it was, this task must live on: it is the listener
                 self._healthy = False
                 self._listener.on_reset()
-                await asyncio.sleep(self.RETRY_SECONDS[min(failures, len(self.RETRY_SECONDS) - 1)])
-                failures += 1
+                delay = self._reconnecting.failed(exc)
+                await client.close()
+                await asyncio.sleep(delay)
             finally:
                 self._healthy = False
                 await client.close()
@@ -250,4 +259,3 @@ class RedisListening:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
-

@@ -6,10 +6,10 @@ its RESP3 parser, retry wrapper; bench/README.md): the largest single cost of a 
 client keeps one connection, writes each command as soon as it is asked (all commands asked in one event-loop turn
 leave in one write), and resolves the callers' futures in order as the replies arrive: Redis answers a connection's
 commands in the order sent. Replies are integers, simple and bulk strings, errors and arrays of those (what EVALSHA
-of our script, SCRIPT LOAD, AUTH, SELECT, PUBLISH, PSUBSCRIBE and PING answer). On a subscribed connection the
-messages Redis pushes (`pmessage`) go to `on_push` as they are read, not to a caller. A lost connection fails every
-command in flight and the next command opens a new one. Errors are redis-py's exception types, so callers handle
-both clients alike.
+of our script, SCRIPT LOAD, AUTH, SELECT, CLIENT SETNAME, PUBLISH, PSUBSCRIBE and PING answer). On a subscribed
+connection the messages Redis pushes (`pmessage`) go to `on_push` as they are read, not to a caller. A lost
+connection fails every command in flight and the next command opens a new one. Errors are redis-py's exception
+types, so callers handle both clients alike.
 """
 
 from __future__ import annotations
@@ -139,15 +139,18 @@ class _Protocol(asyncio.Protocol):
 class RespClient:
     def __init__(self, url: str, timeout: float, *, on_push: PushHandler | None = None) -> None:
         """`url` as redis-py reads it: redis://[user:password@]host[:port][/db], rediss://… (TLS), or
-        unix://[user:password@]/path/to/socket[?db=N]."""
+        unix://[user:password@]/path/to/socket[?db=N]; `?client_name=NAME` names the connection."""
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"a Redis URL is redis://, rediss:// or unix://, not {parts.scheme}://")
         self._unix_path = parts.path if parts.scheme == "unix" else None
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 6379
         self._tls = ssl.create_default_context() if parts.scheme == "rediss" else None
-        database = parse_qs(parts.query).get("db", ["0"])[0] if self._unix_path else parts.path.lstrip("/")
+        query = parse_qs(parts.query)
+        database = query.get("db", ["0"])[0] if self._unix_path else parts.path.lstrip("/")
         self._db = int(database or 0)
+        # redis-py's URL parameter: every connection of ours then shows in CLIENT LIST under that name.
+        self._name = query.get("client_name", [""])[0]
         self._auth = [unquote(p) for p in (parts.username, parts.password) if p]
         self._timeout = timeout
         self._on_push = on_push
@@ -182,6 +185,8 @@ class RespClient:
                     setup.append(made.send(pack(b"AUTH", *self._auth), loop))
                 if self._db:
                     setup.append(made.send(pack(b"SELECT", self._db), loop))
+                if self._name:
+                    setup.append(made.send(pack(b"CLIENT", b"SETNAME", self._name), loop))
                 for reply in await asyncio.gather(*setup):
                     if isinstance(reply, ResponseError):
                         made.fail(RedisConnectionError(f"Redis refused the connection setup: {reply}"))

@@ -30,6 +30,7 @@ from core.db import Database
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.outbound import OutboundRefused, guarded_client
 from core.settings import Settings
+from core.wakeups import Wakeups
 from core.webhook_secrets import sign, signing_secrets
 from core.webhooks import WEBHOOK_CHANNEL, invalidate_status_after_commit
 
@@ -275,21 +276,17 @@ async def run_webhook_dispatcher(
     """Send deliveries until `stop` is set: woken over the bus after each commit that queues one, and at
     the next due retry, with the worker's slow poll as the safety net."""
     poll = settings.worker_poll_seconds
-    async with guarded_client(settings, timeout=settings.webhook_timeout_seconds) as client:
-        while not stop.is_set():
-            try:
-                async with db.bus.subscribe(WEBHOOK_CHANNEL) as wake:
-                    while not stop.is_set():
-                        wait = poll
-                        try:
-                            await deliver_due_webhooks(db, settings, client=client, clock=clock, jitter=jitter)
-                            due = await seconds_until_next_due(db, clock)
-                            wait = poll if due is None else min(poll, max(0.05, due))
-                        except Exception:
-                            log.exception("webhook dispatch round failed")
-                        await wake.get(timeout=wait)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("webhook wake-up subscription failed; retrying")
-                await asyncio.sleep(poll)
+    wakeups = Wakeups(db.bus, (WEBHOOK_CHANNEL,), "the webhook sender")
+    try:
+        async with guarded_client(settings, timeout=settings.webhook_timeout_seconds) as client:
+            while not stop.is_set():
+                wait = poll
+                try:
+                    await deliver_due_webhooks(db, settings, client=client, clock=clock, jitter=jitter)
+                    due = await seconds_until_next_due(db, clock)
+                    wait = poll if due is None else min(poll, max(0.05, due))
+                except Exception:
+                    log.exception("webhook dispatch round failed")
+                await wakeups.wait(wait)
+    finally:
+        await wakeups.stop()

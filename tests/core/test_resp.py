@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 
 from core.redis_bus import RedisBus
 from core.resp import RespClient
+from tests.support.redis_clients import connections, named_url
 from tests.support.waiting import until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -91,3 +92,21 @@ async def test_the_bus_over_a_unix_socket(unix_redis: Path) -> None:
     finally:
         await sender.close()
         await receiver.close()
+
+
+async def test_a_client_name_in_the_url_names_the_connection_as_redis_py_does() -> None:
+    """`?client_name=` is redis-py's URL parameter: both clients name their connections from it, so an operator
+    (or a test) finds a process's connections in CLIENT LIST."""
+    url, name = named_url("resp")
+    ours = RespClient(url, 5.0)
+    theirs = aioredis.Redis.from_url(url)
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    try:
+        await ours.call(b"PING")
+        await theirs.ping()
+        assert len(await connections(admin, name)) == 2
+        assert await ours.call(b"CLIENT", b"GETNAME") == name.encode()
+    finally:
+        await ours.close()
+        await theirs.aclose()
+        await admin.aclose()
