@@ -425,3 +425,14 @@ async def test_a_reply_is_logged_with_why_it_did_not_decide(world: World, caplog
     with caplog.at_level(logging.INFO, logger="review.inbound"):
         await by_reply(world, case, ANDY)
     assert any("ignored: the review is reassigned" in record.getMessage() for record in caplog.records)
+
+
+async def test_who_may_not_decide_is_told_so_before_the_state_of_the_checkpoint(world: World) -> None:
+    """Someone without the right learns nothing of the checkpoint's state (decided, by whom) from a refusal."""
+    case = await new_case(world, escalated=False)
+    assert await by_api(world, case, RITA) == "200"
+    assert await by_api(world, case, OWNER) == "403 not_assigned_reviewer"
+    assert await by_cli(world, case, OWNER) == "exit 5 not_assigned_reviewer"
+    assert await by_chat(world, case, OWNER) == "no buttons, not_assigned_reviewer"
+    assert await by_api(world, case, RITA) == "409 already_decided"
+    assert await decisions(world, case) == [(RITA, "api")]
