@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from core.db import Database
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
-from core.outbound import OutboundRefused, guarded_client
+from core.outbound import OutboundRefused, guarded_client, webhook_policy
 from core.settings import Settings
 from core.webhook_secrets import sign, signing_secrets
 from core.webhooks import WEBHOOK_CHANNEL, invalidate_status_after_commit
@@ -234,7 +234,7 @@ async def deliver_due_webhooks(
     """Make every attempt that is due (BATCH at a time); returns how many were made."""
     lease = timedelta(seconds=settings.webhook_timeout_seconds + 60)
     own = client is None
-    client = client or guarded_client(settings, timeout=settings.webhook_timeout_seconds)
+    client = client or guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds)
     made = 0
     try:
         while True:
@@ -275,7 +275,7 @@ async def run_webhook_dispatcher(
     """Send deliveries until `stop` is set: woken over the bus after each commit that queues one, and at
     the next due retry, with the worker's slow poll as the safety net."""
     poll = settings.worker_poll_seconds
-    async with guarded_client(settings, timeout=settings.webhook_timeout_seconds) as client:
+    async with guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds) as client:
         while not stop.is_set():
             try:
                 async with db.bus.subscribe(WEBHOOK_CHANNEL) as wake:
