@@ -1,7 +1,8 @@
 """`http_request`: GET or POST a URL on the public internet, within size and time limits.
 
 Private, loopback and link-local targets are refused at connect time by core.outbound (an operator
-allow-lists networks with VOUCH_OUTBOUND_ALLOWLIST). The request happens in `perform`, outside any
+allow-lists networks, or single ports, with VOUCH_AGENT_HTTP_ALLOWLIST), and so is the service's own
+listener, whatever the allow-list says. The request happens in `perform`, outside any
 transaction, so a POST is not repeatable: after a crash between sending and recording, a human
 decides whether to send it again.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import httpx
 
 from agents.tool_base import Tool, ToolContext, ToolFailed, schema
-from core.outbound import OutboundRefused, check_url, guarded_client
+from core.outbound import OutboundRefused, agent_policy, check_url, guarded_client
 from core.settings import Settings
 
 MAX_BODY_BYTES = 256 * 1024
@@ -57,9 +58,10 @@ class HttpRequest(Tool):
             headers["Content-Type"] = str(args.get("contentType") or "application/json")
         began = time.perf_counter()
         try:
-            await check_url(settings, url)
+            policy = agent_policy(settings)
+            await check_url(policy, url)
             async with (
-                guarded_client(settings, timeout=TIMEOUT_SECONDS) as client,
+                guarded_client(policy, timeout=TIMEOUT_SECONDS) as client,
                 client.stream(method, url, content=content, headers=headers) as answer,
             ):
                 body = bytearray()

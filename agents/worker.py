@@ -52,10 +52,12 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then cancel what runs: its leases lapse and others resume it."""
-        # Replies to review mail (VOUCH_INBOUND_SMTP): bound first, so a taken port fails the start loudly.
+        # Replies to review mail (VOUCH_INBOUND_SMTP): bound first, so a bad address fails the start loudly. A
+        # port already taken (another worker on this host has it) leaves this one without the listener, said
+        # once in the log: any one listener decides for every worker.
         inbound = InboundListener(self.settings, self.db) if self.settings.inbound_smtp else None
-        if inbound is not None:
-            await inbound.start()
+        if inbound is not None and not await inbound.start():
+            inbound = None
         wakeups = self.db.bus.listen(
             (WAKE_CHANNEL,), self._woken, self._missed, name="the worker's wake-ups", meanwhile="it polls on its own"
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import click
 
 from core.logs import configure_logging
-from core.settings import Settings, SettingsError, load_settings
+from core.settings import Settings, SettingsError, deprecation_warnings, load_settings
 
 
 def settings_or_exit() -> Settings:
@@ -40,7 +41,10 @@ def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def _log_setup(settings: Settings | None = None) -> None:
+    """Logging for a long-running command, then, once per start, what its environment uses that is deprecated."""
     configure_logging(logging.INFO, settings.log_format if settings is not None else "text")
+    for message in deprecation_warnings(os.environ):
+        logging.getLogger("core.settings").warning(message)
 
 
 class _LazyGroup(click.Group):
@@ -99,6 +103,8 @@ def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
     from api.app import create_asgi_app
 
     _log_setup(settings)
+    # The in-process worker's agent tools must not reach this server, whatever their allow-list says.
+    settings = settings.with_changes(listen_address=(host, port))
     run_web_server(create_asgi_app(settings, run_worker=run_worker, server_process=True), settings, host, port)
 
 

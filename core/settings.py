@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import secrets
@@ -10,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from core.allowlist import AllowEntry, parse_allowlist
 
 
 class SettingsError(ValueError):
@@ -53,9 +54,14 @@ class Settings:
     # One model request's time limit, and how often a transient provider error is retried (with backoff).
     agent_request_timeout_seconds: float = 120.0
     agent_request_retries: int = 4
-    # Issue 6/7: CIDRs that outbound requests (the http_request tool, webhooks) may reach although private,
-    # loopback or link-local. Empty: only public addresses.
-    outbound_allowlist: tuple[str, ...] = ()
+    # Networks (each optionally on one port) that webhooks, and separately the agent's http_request tool, may
+    # reach although private, loopback or link-local. Empty: only public addresses. Separate lists, so that a
+    # local webhook receiver does not open the same host's other services to the agent.
+    webhook_allowlist: tuple[AllowEntry, ...] = ()
+    agent_http_allowlist: tuple[AllowEntry, ...] = ()
+    # The (host, port) the web server of this process listens on (`vouch serve`, `vouch web`; set by the CLI,
+    # not read from the environment): no agent tool may reach it, whatever its allow-list says.
+    listen_address: tuple[str, int] | None = None
     # Issue 7: one webhook attempt's time limit.
     webhook_timeout_seconds: float = 15.0
     # Issue 7: a bearer token /metrics asks for (None: /metrics is open; keep it off the public network),
@@ -151,16 +157,21 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     raise SettingsError(f"{name} must be 1 or 0, not {raw!r}")
 
 
-def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    networks = []
-    for item in (env.get(name) or "").split(","):
-        if not item.strip():
-            continue
-        try:
-            networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
-        except ValueError:
-            raise SettingsError(f"{name}: {item.strip()!r} is not a CIDR such as 10.0.0.0/8 or 127.0.0.1/32") from None
-    return tuple(networks)
+def _allowlist(env: Mapping[str, str], name: str) -> tuple[AllowEntry, ...]:
+    try:
+        return parse_allowlist(env.get(name) or "")
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+def deprecation_warnings(env: Mapping[str, str]) -> list[str]:
+    """What the environment uses that is deprecated, one message each, for the start-up log."""
+    if not (env.get("VOUCH_OUTBOUND_ALLOWLIST") or "").strip():
+        return []
+    return [
+        "VOUCH_OUTBOUND_ALLOWLIST is deprecated: it now applies to webhooks only, as VOUCH_WEBHOOK_ALLOWLIST "
+        "does (rename it); the agent's http_request tool reads VOUCH_AGENT_HTTP_ALLOWLIST"
+    ]
 
 
 def _log_format(env: Mapping[str, str]) -> str:
@@ -206,7 +217,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         agent_max_tokens=int(_number(env, "VOUCH_AGENT_MAX_TOKENS", 200_000, 1)),
         agent_request_timeout_seconds=_number(env, "VOUCH_AGENT_REQUEST_TIMEOUT_SECONDS", 120.0, 0.1),
         agent_request_retries=int(_number(env, "VOUCH_AGENT_REQUEST_RETRIES", 4, 0)),
-        outbound_allowlist=_networks(env, "VOUCH_OUTBOUND_ALLOWLIST"),
+        # The old shared list keeps working for webhooks alone (deprecation_warnings says so at start-up).
+        webhook_allowlist=tuple(
+            dict.fromkeys(_allowlist(env, "VOUCH_WEBHOOK_ALLOWLIST") + _allowlist(env, "VOUCH_OUTBOUND_ALLOWLIST"))
+        ),
+        agent_http_allowlist=_allowlist(env, "VOUCH_AGENT_HTTP_ALLOWLIST"),
         webhook_timeout_seconds=_number(env, "VOUCH_WEBHOOK_TIMEOUT_SECONDS", 15.0, 0.1),
         metrics_token=env.get("VOUCH_METRICS_TOKEN") or None,
         log_format=_log_format(env),

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 
 from core.db import Database
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
-from core.outbound import OutboundRefused, guarded_client
+from core.outbound import OutboundRefused, guarded_client, webhook_policy
 from core.settings import Settings
 from core.wakeups import Wakeups
 from core.webhook_secrets import sign, signing_secrets
@@ -235,7 +235,7 @@ async def deliver_due_webhooks(
     """Make every attempt that is due (BATCH at a time); returns how many were made."""
     lease = timedelta(seconds=settings.webhook_timeout_seconds + 60)
     own = client is None
-    client = client or guarded_client(settings, timeout=settings.webhook_timeout_seconds)
+    client = client or guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds)
     made = 0
     try:
         while True:
@@ -278,7 +278,7 @@ async def run_webhook_dispatcher(
     poll = settings.worker_poll_seconds
     wakeups = Wakeups(db.bus, (WEBHOOK_CHANNEL,), "the webhook sender")
     try:
-        async with guarded_client(settings, timeout=settings.webhook_timeout_seconds) as client:
+        async with guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds) as client:
             while not stop.is_set():
                 wait = poll
                 try:

@@ -5,7 +5,7 @@
 
 Get the secret with `vouch webhooks secret you@example.com`, and give the task `"webhookUrl":
 "http://<this host>:9000/vouch"`. Vouch refuses private and loopback targets unless an operator lists them in
-VOUCH_OUTBOUND_ALLOWLIST (for a receiver on the same machine: VOUCH_OUTBOUND_ALLOWLIST=127.0.0.0/8).
+VOUCH_WEBHOOK_ALLOWLIST (for this receiver on the same machine: VOUCH_WEBHOOK_ALLOWLIST=127.0.0.1:9000).
 """
 
 from __future__ import annotations

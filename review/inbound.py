@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import email
 import email.policy
+import errno
 import logging
 import re
 from dataclasses import dataclass
@@ -150,14 +151,28 @@ class InboundListener:
         self.handler = _Handler(settings, db)
         self._server: asyncio.Server | None = None
 
-    async def start(self) -> None:
+    async def start(self) -> bool:
+        """Listening: True. False when the address is taken, most likely by another worker on this host that
+        listens for the same replies (one listener is enough); other failures to bind raise."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: SMTP(self.handler, data_size_limit=MAX_MESSAGE_BYTES, hostname="vouch", loop=loop),
-            host=self.host,
-            port=self.port,
-        )
+        try:
+            self._server = await loop.create_server(
+                lambda: SMTP(self.handler, data_size_limit=MAX_MESSAGE_BYTES, hostname="vouch", loop=loop),
+                host=self.host,
+                port=self.port,
+            )
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            log.warning(
+                "VOUCH_INBOUND_SMTP %s:%d is already in use (by another worker on this host, or something else): "
+                "this worker runs without the inbound review mail listener",
+                self.host,
+                self.port,
+            )
+            return False
         log.info("inbound review mail listener on %s:%d", self.host, self.port)
+        return True
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from agents.claims import claim_next
 from agents.runner import ExecutionRunner
+from core.allowlist import parse_allowlist
 from core.db import Database
 from core.metrics import execution_metrics
 from core.models import Execution, MailMessage, utcnow
@@ -310,7 +311,7 @@ async def test_a_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, 
             call("http_request", method="POST", url=url, body='{"amount": 5}'),
             lambda body: call("finish", summary=last_tool_result(body)),
         ) as llm:
-            config = model_settings(settings, llm, outbound_allowlist=("127.0.0.0/8",))
+            config = model_settings(settings, llm, agent_http_allowlist=parse_allowlist("127.0.0.0/8"))
             exe = await new_execution(
                 db,
                 config,

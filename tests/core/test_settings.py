@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from core.settings import Settings, SettingsError, load_settings, normalise_database_url
+from core.settings import Settings, SettingsError, deprecation_warnings, load_settings, normalise_database_url
 
 
 def env_in(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -151,7 +151,7 @@ def test_bad_numbers_are_refused(tmp_path: Path, name: str, value: str) -> None:
         load_settings(env_in(tmp_path, **{name: value}))
 
 
-def test_agent_budgets_and_the_outbound_allowlist(tmp_path: Path) -> None:
+def test_agent_budgets(tmp_path: Path) -> None:
     settings = load_settings(
         env_in(
             tmp_path,
@@ -159,15 +159,56 @@ def test_agent_budgets_and_the_outbound_allowlist(tmp_path: Path) -> None:
             VOUCH_AGENT_MAX_STEPS="7",
             VOUCH_AGENT_MAX_SECONDS="60",
             VOUCH_AGENT_MAX_TOKENS="5000",
-            VOUCH_OUTBOUND_ALLOWLIST=" 127.0.0.1/8, 10.1.2.3 ,fd00::/8",
         )
     )
     assert settings.agent_base_url == "http://127.0.0.1:11434/v1"
     assert (settings.agent_max_steps, settings.agent_max_seconds, settings.agent_max_tokens) == (7, 60.0, 5000)
-    # Normalised: host bits dropped, a bare address is its own /32.
-    assert settings.outbound_allowlist == ("127.0.0.0/8", "10.1.2.3/32", "fd00::/8")
-    with pytest.raises(SettingsError, match="VOUCH_OUTBOUND_ALLOWLIST: 'localhost' is not a CIDR"):
-        load_settings(env_in(tmp_path, VOUCH_OUTBOUND_ALLOWLIST="localhost"))
+
+
+def test_the_webhook_and_agent_allow_lists_are_separate_and_take_ports(tmp_path: Path) -> None:
+    settings = load_settings(
+        env_in(
+            tmp_path,
+            VOUCH_WEBHOOK_ALLOWLIST=" 127.0.0.1/8, 10.1.2.3 ,fd00::/8, 127.0.0.1:9000, 10.0.0.0/8:443, [::1]:8080",
+            VOUCH_AGENT_HTTP_ALLOWLIST="192.168.1.0/24:8443,[fd00::]/8:80",
+        )
+    )
+    # Normalised: host bits dropped, a bare address is its own /32 (/128); without a port, any port.
+    assert [str(entry) for entry in settings.webhook_allowlist] == [
+        "127.0.0.0/8", "10.1.2.3/32", "fd00::/8", "127.0.0.1/32:9000", "10.0.0.0/8:443", "[::1/128]:8080",
+    ]  # fmt: skip
+    assert [str(entry) for entry in settings.agent_http_allowlist] == ["192.168.1.0/24:8443", "[fd00::/8]:80"]
+    assert load_settings(env_in(tmp_path)).agent_http_allowlist == ()
+
+
+def test_the_old_outbound_allow_list_applies_to_webhooks_only(tmp_path: Path) -> None:
+    settings = load_settings(
+        env_in(tmp_path, VOUCH_OUTBOUND_ALLOWLIST="127.0.0.1", VOUCH_WEBHOOK_ALLOWLIST="10.0.0.0/8:443")
+    )
+    assert [str(entry) for entry in settings.webhook_allowlist] == ["10.0.0.0/8:443", "127.0.0.1/32"]
+    assert settings.agent_http_allowlist == ()
+    [warning] = deprecation_warnings(env_in(tmp_path, VOUCH_OUTBOUND_ALLOWLIST="127.0.0.1"))
+    assert "VOUCH_OUTBOUND_ALLOWLIST" in warning and "VOUCH_WEBHOOK_ALLOWLIST" in warning
+    assert deprecation_warnings(env_in(tmp_path, VOUCH_WEBHOOK_ALLOWLIST="127.0.0.1")) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("localhost", "'localhost' is not an address or network"),
+        ("127.0.0.1:0", "port 0 is not from 1 to 65535"),
+        ("127.0.0.1:65536", "port 65536 is not from 1 to 65535"),
+        ("127.0.0.1:http", "'http' is not a port number"),
+        ("10.0.0.0/33", "'10.0.0.0/33' is not an address or network"),
+        ("[::1", "'\\[::1' has no closing bracket"),
+        ("[127.0.0.1]:80", "brackets are for IPv6"),
+        ("[::1]8080", "':port' must follow"),
+    ],
+)
+@pytest.mark.parametrize("name", ["VOUCH_WEBHOOK_ALLOWLIST", "VOUCH_AGENT_HTTP_ALLOWLIST", "VOUCH_OUTBOUND_ALLOWLIST"])
+def test_bad_allow_list_entries_are_refused(tmp_path: Path, name: str, value: str, why: str) -> None:
+    with pytest.raises(SettingsError, match=f"{name}: .*{why}"):
+        load_settings(env_in(tmp_path, **{name: f"10.0.0.1, {value}"}))
 
 
 def test_bad_base_url_is_refused(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from core.allowlist import parse_allowlist
 from core.db import Database
 from core.events import append_event
 from core.models import Execution, WebhookDelivery, utcnow
@@ -26,7 +27,7 @@ from tests.support.webhook_receiver import Answer, webhook_receiver
 @pytest.fixture
 def hook_settings(settings: Settings) -> Settings:
     # The receivers listen on loopback: allow-listed, as an operator would for an internal receiver.
-    return settings.with_changes(outbound_allowlist=("127.0.0.1/32",), webhook_timeout_seconds=5.0)
+    return settings.with_changes(webhook_allowlist=parse_allowlist("127.0.0.1"), webhook_timeout_seconds=5.0)
 
 
 @pytest.fixture
@@ -222,7 +223,7 @@ async def test_a_loopback_target_without_the_allow_list_is_refused_and_logged(
     assert delivery.status == "failed"
     [attempt] = await attempts(db, delivery.id)
     assert attempt.status_code is None
-    assert attempt.error is not None and "loopback" in attempt.error and "VOUCH_OUTBOUND_ALLOWLIST" in attempt.error
+    assert attempt.error is not None and "loopback" in attempt.error and "VOUCH_WEBHOOK_ALLOWLIST" in attempt.error
 
 
 async def test_during_a_rotation_both_signatures_are_sent_and_verify(

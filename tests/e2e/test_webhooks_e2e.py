@@ -20,7 +20,7 @@ from tests.support.waiting import until
 from tests.support.webhook_receiver import webhook_receiver
 
 TASK = 'Write a note called "hi.md" saying "hi". Then summarise.'
-ALLOW = {"VOUCH_OUTBOUND_ALLOWLIST": "127.0.0.1/32"}
+ALLOW = {"VOUCH_WEBHOOK_ALLOWLIST": "127.0.0.1/32"}
 
 
 def _account(settings: Settings) -> str:
