@@ -9,11 +9,12 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from chat.access import access_to
+from core.accounts import user_by_email
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
 from review.by_mail import decide_by_link
 from review.links import find_link
 from review.notify import checkpoint_awaiting
-from tests.api.helpers import account, decision_path
+from tests.api.helpers import account, add_key, decision_path
 from tests.api.rows import insert_execution
 from tests.conftest import Account, Service, bearer
 from tests.review.mail_support import chat_link_in, links_in, review_mail
@@ -24,8 +25,8 @@ OWNER, FIRST, SECOND = "owner@example.com", "first@example.com", "second@example
 
 async def waiting(service: Service) -> tuple[Account, Account, str, str]:
     """An execution waiting at its checkpoint for FIRST, who has been sent the review mail."""
-    owner = await account(service, OWNER, "eval:manage")
-    first = await account(service, FIRST, "eval:manage")
+    owner = await known(service, OWNER)
+    first = await known(service, FIRST)
     execution_id, (checkpoint_id,) = await insert_execution(
         service.db, owner, reviewer=FIRST, checkpoints=1, awaiting=True
     )
@@ -33,6 +34,16 @@ async def waiting(service: Service) -> tuple[Account, Account, str, str]:
         checkpoint = await session.get_one(Checkpoint, checkpoint_id)
         await checkpoint_awaiting(session, service.settings, execution_id, checkpoint, None)
     return owner, first, execution_id, checkpoint_id
+
+
+async def known(service: Service, email: str) -> Account:
+    """An account of `email` with a fresh key: the user is made on first use."""
+    async with service.db.reading() as session:
+        user = await user_by_email(session, email)
+    if user is None:
+        return await account(service, email, "eval:manage")
+    key_id, secret = await add_key(service, email, "eval:manage")
+    return Account(email, user.id, secret, key_id)
 
 
 async def decider(service: Service, execution_id: str, rt: str) -> str | None:
@@ -134,3 +145,15 @@ async def test_the_chat_link_decides_as_its_reviewer_once(api_only: Service) -> 
     assert await decider(api_only, execution_id, rt) is None
     page = await Browser(api_only.app).get(links_in(mail.text_body)["approve"])
     assert page.status == 410 and f"by {FIRST} via chat" in page.text
+
+
+async def test_a_chat_link_speaks_only_for_its_own_execution_and_as_a_chat_link(api_only: Service) -> None:
+    _, _, execution_id, _ = await waiting(api_only)
+    mail = await review_mail(api_only, execution_id)
+    _, rt = chat_link_in(mail.text_body)
+    approve_token = links_in(mail.text_body)["approve"].rsplit("/", 1)[1]
+    _, _, other_execution, _ = await waiting(api_only)
+    assert await decider(api_only, execution_id, rt) == FIRST
+    # The mail's Approve token is no chat token, and a chat token is good on its own execution only.
+    assert await decider(api_only, execution_id, approve_token) is None
+    assert await decider(api_only, other_execution, rt) is None

@@ -28,7 +28,7 @@ from api.websession import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from core.accounts import user_by_email
 from core.ids import new_id
 from core.links import chat_view_token
-from core.models import Checkpoint, Decision, Execution, MailMessage, ReviewTimer, WebSession, utcnow
+from core.models import Checkpoint, Decision, Execution, MailMessage, ReviewLink, ReviewTimer, WebSession, utcnow
 from core.settings import Settings
 from review.inbound import InboundListener
 from review.notify import checkpoint_awaiting, reply_address
@@ -194,7 +194,7 @@ async def by_inbox(world: World, case: Case, who: str | None) -> str:
     return f"page {page.status}{' form' if offered else ''}{' listed' if listed else ''}, post {posted.status}"
 
 
-async def _chat(world: World, case: Case, who: str | None, **extra: Any) -> str:
+async def _chat(world: World, case: Case, who: str | None, *, detail: bool = False, **extra: Any) -> str:
     watcher = Watcher()
     person = world.people.get(who or "")
     view = chat_view_token(world.service.settings.secret_key, case.execution_id)
@@ -217,7 +217,8 @@ async def _chat(world: World, case: Case, who: str | None, **extra: Any) -> str:
     finally:
         await watcher.close()
     buttons = "buttons" if joined.get("canDecide") else "no buttons"
-    return f"{buttons}, " + ("ok" if answer.get("ok") else str(answer.get("error")))
+    said = f" ({answer.get('message')})" if detail and not answer.get("ok") else ""
+    return f"{buttons}, " + ("ok" if answer.get("ok") else str(answer.get("error"))) + said
 
 
 async def by_chat(world: World, case: Case, who: str | None) -> str:
@@ -434,5 +435,22 @@ async def test_who_may_not_decide_is_told_so_before_the_state_of_the_checkpoint(
     assert await by_api(world, case, OWNER) == "403 not_assigned_reviewer"
     assert await by_cli(world, case, OWNER) == "exit 5 not_assigned_reviewer"
     assert await by_chat(world, case, OWNER) == "no buttons, not_assigned_reviewer"
+    assert await _chat(world, case, None, detail=True) == (
+        "no buttons, not_assigned_reviewer (Only the assigned reviewer may decide this checkpoint.)"
+    )
     assert await by_api(world, case, RITA) == "409 already_decided"
     assert await decisions(world, case) == [(RITA, "api")]
+
+
+async def test_an_expired_reply_token_does_not_decide(world: World, caplog: pytest.LogCaptureFixture) -> None:
+    case = await new_case(world, escalated=False)
+    async with world.service.db.transaction() as session:
+        await session.execute(
+            sa.update(ReviewLink)
+            .where(ReviewLink.execution_id == case.execution_id)
+            .values(expires_at=utcnow() - timedelta(seconds=1))
+        )
+    with caplog.at_level(logging.INFO, logger="review.inbound"):
+        await by_reply(world, case, RITA)
+    assert any("ignored: the review is expired" in record.getMessage() for record in caplog.records)
+    assert await decisions(world, case) == []
