@@ -61,21 +61,19 @@ async def signin_submit() -> Page:
     password = form.get("password", "")
     next_path = safe_next(form.get("next"))
     addr = client_addr()
-    now = utcnow()
     db = services().db
-    # Reads and the password check happen outside the write transaction (see check_credentials).
-    async with db.reading() as reader:
-        refusal = await signin.throttled(reader, email, addr, now)
-        user_id = None if refusal else await signin.check_credentials(reader, email, password)
+    # The try is counted (and committed) before its password is checked: see api/signin.py.
+    refusal = await signin.reserve_attempt(db, email, addr, utcnow())
     if refusal is not None:
         page, _ = await _signin_form(error=refusal.message, email=email, next_path=next_path)
         return page, 429, {"Retry-After": str(refusal.retry_after)}
-    session = db_session()
+    # Read-only: a write transaction would hold SQLite's write lock through Argon2 (see check_credentials).
+    async with db.reading() as reader:
+        user_id = await signin.check_credentials(reader, email, password)
     if user_id is None:
-        await signin.record_failure(session, email, addr, now)
-        # Committed now: the error answer below would otherwise roll the failure back.
-        await db.commit(session)
+        # The reservation stays, as this failure.
         return await _signin_form(401, error=signin.BAD_CREDENTIALS, email=email, next_path=next_path)
+    session = db_session()
     user = await session.get_one(User, user_id)
     await signin.clear_failures(session, email)
     await signin.upgrade_hash(session, user, password)
