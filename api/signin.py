@@ -5,11 +5,19 @@ restarts and needs no sleeps: after EMAIL_LIMIT failures for one e-mail, or ADDR
 within WINDOW, further tries are refused (without checking the password, so a guess cannot be confirmed)
 until the oldest of those failures leaves the window. A success clears the e-mail's failures.
 Unknown e-mail and wrong password get the same answer after the same work (a dummy hash is verified).
+
+Every try is counted as a failure *before* its password is checked (`reserve_attempt`), and the success
+takes it back. Counting after the check let a burst of simultaneous tries all pass the count (none had
+failed yet), each get its password checked, and a right one among them sign in during a lockout. The count
+and the reservation are one serialised step per e-mail and per address: on SQLite the write transaction
+holds the database's one write lock (BEGIN IMMEDIATE, core/sqlite.py); on PostgreSQL transaction-scoped
+advisory locks on the e-mail and the address, taken before counting. Both hold across web processes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from core.accounts import AccountError, hash_password, normalise_email, password_matches, password_needs_rehash
+from core.db import Database
 from core.models import SigninFailure, User
 
 EMAIL_LIMIT = 5
@@ -28,6 +37,10 @@ WINDOW = timedelta(minutes=15)
 # Argon2 verifies whatever it is given; a megabyte "password" would be a cheap way to burn CPU.
 MAX_PASSWORD = 1024
 BAD_CREDENTIALS = "That e-mail and password do not match an account."
+# The first key of PostgreSQL's two-key advisory locks: one namespace for e-mails, one for addresses, so a
+# lock taken for one can never be the other's (and the e-mail-then-address order cannot deadlock).
+_LOCK_EMAIL = 0x5A61
+_LOCK_ADDRESS = 0x5A62
 
 
 @dataclass(frozen=True)
@@ -76,10 +89,35 @@ def _minutes(seconds: int) -> str:
     return "1 minute" if minutes == 1 else f"{minutes} minutes"
 
 
-async def record_failure(session: AsyncSession, email: str, addr: str | None, now: datetime) -> None:
-    session.add(SigninFailure(email=email, remote_addr=addr, at=now))
-    # Rows past the window count for nothing; sweeping on each failure keeps the table small.
-    await session.execute(sa.delete(SigninFailure).where(SigninFailure.at <= now - WINDOW))
+def _lock_key(value: str) -> int:
+    # A signed 32-bit int from the value; two values sharing one only take turns needlessly.
+    return int.from_bytes(hashlib.blake2b(value.encode(), digest_size=4).digest(), "big", signed=True)
+
+
+async def _serialise(session: AsyncSession, email: str, addr: str | None) -> None:
+    """Make this transaction the only one counting for this e-mail and this address until it commits."""
+    if session.get_bind().dialect.name != "postgresql":
+        return  # SQLite: the write transaction already holds the database's write lock.
+    # Each lock is a statement of its own: the count that follows takes its snapshot after the waits
+    # (READ COMMITTED), and so sees the reservation of whoever held the lock before.
+    await session.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK_EMAIL, _lock_key(email))))
+    if addr is not None:
+        await session.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK_ADDRESS, _lock_key(addr))))
+
+
+async def reserve_attempt(db: Database, email: str, addr: str | None, now: datetime) -> Refusal | None:
+    """Count this try as a failure now, before its password is checked: a Refusal when the limit is already
+    reached, otherwise None with the try's row committed (so concurrent tries count it).
+    A wrong password leaves the row as the failure it is; a right one takes it back (`clear_failures`)."""
+    async with db.transaction() as session:
+        await _serialise(session, email, addr)
+        refusal = await throttled(session, email, addr, now)
+        if refusal is not None:
+            return refusal
+        session.add(SigninFailure(email=email, remote_addr=addr, at=now))
+        # Rows past the window count for nothing; sweeping on each try keeps the table small.
+        await session.execute(sa.delete(SigninFailure).where(SigninFailure.at <= now - WINDOW))
+        return None
 
 
 async def check_credentials(reader: AsyncSession, email: str, password: str) -> str | None:

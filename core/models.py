@@ -258,6 +258,24 @@ class SigninFailure(Base):
     at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class SignupRequest(Base):
+    """An open sign-up waiting for its address to be proven. No account exists until the link mailed to the
+    address is used, with the password chosen here: until then there is nothing to sign in to, so no session,
+    inbox, mailbox or key can be had for an address one cannot read. The token is stored as an HMAC."""
+
+    __tablename__ = "signup_requests"
+    __table_args__ = (sa.Index("ix_signup_requests_email_created", "email", "created_at"),)
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    email: Mapped[str] = mapped_column(sa.String(320))
+    token_digest: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    # None when the address already had an account: that mail says so and carries no link.
+    password_hash: Mapped[str | None] = mapped_column(sa.String(200))
+    remote_addr: Mapped[str | None] = mapped_column(sa.String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+    used_at: Mapped[datetime | None] = mapped_column()
+
+
 class ApiKeyUsage(Base):
     """Requests per key per UTC day, written in batches (at most once a minute per key and process)."""
 

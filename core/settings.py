@@ -37,6 +37,8 @@ class Settings:
     concurrency_limit: int = 10
     # Anyone may make an account on the web sign-up page; off: operators create users with the CLI.
     open_signup: bool = False
+    # How long the confirmation link mailed on an open sign-up works (once).
+    signup_link_hours: float = 24.0
     # Issue 5: a reminder to the reviewer, then the backup reviewer, this long after a checkpoint starts waiting.
     review_reminder_minutes: float = 60.0
     review_escalation_minutes: float = 240.0
@@ -207,6 +209,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         rate_limit_window_seconds=int(_number(env, "VOUCH_RATE_LIMIT_WINDOW_SECONDS", 60, 1)),
         concurrency_limit=int(_number(env, "VOUCH_CONCURRENCY_LIMIT", 10, 1)),
         open_signup=_flag(env, "VOUCH_OPEN_SIGNUP"),
+        signup_link_hours=_number(env, "VOUCH_SIGNUP_LINK_HOURS", 24.0, 0.01),
         review_reminder_minutes=_number(env, "VOUCH_REVIEW_REMINDER_MINUTES", 60.0, 0.0),
         review_escalation_minutes=_number(env, "VOUCH_REVIEW_ESCALATION_MINUTES", 240.0, 0.0),
         inbound_smtp=env.get("VOUCH_INBOUND_SMTP") or None,

@@ -13,13 +13,14 @@ from markupsafe import Markup, escape
 from quart import Blueprint, Response, g, render_template
 from werkzeug.exceptions import HTTPException
 
-from api.pages import execution_pages, home_pages, key_pages, session_pages, webhook_pages
+from api.pages import execution_pages, home_pages, key_pages, session_pages, signup_pages, webhook_pages
 from api.websession import CsrfError
 from core.pageheaders import PAGE_CSP, add_page_headers
 
 blueprint = Blueprint("pages", __name__)
 blueprint.register_blueprint(home_pages.blueprint)
 blueprint.register_blueprint(session_pages.blueprint)
+blueprint.register_blueprint(signup_pages.blueprint)
 blueprint.register_blueprint(key_pages.blueprint)
 blueprint.register_blueprint(execution_pages.blueprint)
 blueprint.register_blueprint(webhook_pages.blueprint)

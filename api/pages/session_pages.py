@@ -1,10 +1,8 @@
-"""Sign-in, sign-out and (when the operator opens it) sign-up."""
+"""Sign-in and sign-out (sign-up is in signup_pages.py)."""
 
 from __future__ import annotations
 
-import asyncio
-
-from quart import Blueprint, Response, abort, render_template, request
+from quart import Blueprint, Response, render_template, request
 from werkzeug.datastructures import MultiDict
 
 from api import signin
@@ -20,12 +18,9 @@ from api.websession import (
     see_other,
     start_session,
 )
-from core.accounts import AccountError, create_user, hash_password, normalise_email, user_by_email
 from core.models import User, utcnow
 
 blueprint = Blueprint("session", __name__)
-
-MIN_PASSWORD = 8
 
 Page = Response | tuple[str, int] | tuple[str, int, dict[str, str]] | str
 
@@ -61,21 +56,19 @@ async def signin_submit() -> Page:
     password = form.get("password", "")
     next_path = safe_next(form.get("next"))
     addr = client_addr()
-    now = utcnow()
     db = services().db
-    # Reads and the password check happen outside the write transaction (see check_credentials).
-    async with db.reading() as reader:
-        refusal = await signin.throttled(reader, email, addr, now)
-        user_id = None if refusal else await signin.check_credentials(reader, email, password)
+    # The try is counted (and committed) before its password is checked: see api/signin.py.
+    refusal = await signin.reserve_attempt(db, email, addr, utcnow())
     if refusal is not None:
         page, _ = await _signin_form(error=refusal.message, email=email, next_path=next_path)
         return page, 429, {"Retry-After": str(refusal.retry_after)}
-    session = db_session()
+    # Read-only: a write transaction would hold SQLite's write lock through Argon2 (see check_credentials).
+    async with db.reading() as reader:
+        user_id = await signin.check_credentials(reader, email, password)
     if user_id is None:
-        await signin.record_failure(session, email, addr, now)
-        # Committed now: the error answer below would otherwise roll the failure back.
-        await db.commit(session)
+        # The reservation stays, as this failure.
         return await _signin_form(401, error=signin.BAD_CREDENTIALS, email=email, next_path=next_path)
+    session = db_session()
     user = await session.get_one(User, user_id)
     await signin.clear_failures(session, email)
     await signin.upgrade_hash(session, user, password)
@@ -89,50 +82,4 @@ async def signin_submit() -> Page:
 async def signout() -> Response:
     response = see_other("/signin?signed_out=1")
     await end_session(db_session(), response)
-    return response
-
-
-def _require_open_signup() -> None:
-    # Closed sign-up is not a refusal page but an absent one: nothing to probe.
-    if not services().settings.open_signup:
-        abort(404)
-
-
-async def _signup_form(status: int = 200, *, error: str | None = None, email: str = "") -> tuple[str, int]:
-    page = await render_template("api/signup.html", csrf_token=presession_token(), error=error, email=email)
-    return page, status
-
-
-@blueprint.get("/signup")
-async def signup_page() -> Page:
-    _require_open_signup()
-    if await current_viewer() is not None:
-        return see_other("/keys")
-    return await _signup_form()
-
-
-@blueprint.post("/signup")
-async def signup_submit() -> Page:
-    _require_open_signup()
-    await check_presession_csrf()
-    form: MultiDict[str, str] = await request.form
-    raw_email = form.get("email", "")
-    password = form.get("password", "")
-    try:
-        email = normalise_email(raw_email)
-    except AccountError:
-        return await _signup_form(422, error="Enter a valid e-mail address.", email=raw_email)
-    if not MIN_PASSWORD <= len(password) <= signin.MAX_PASSWORD:
-        return await _signup_form(
-            422, error=f"Choose a password of {MIN_PASSWORD} to {signin.MAX_PASSWORD} characters.", email=email
-        )
-    # Hashed before the write transaction opens, so the write lock is not held through Argon2.
-    password_hash = await asyncio.to_thread(hash_password, password)
-    session = db_session()
-    if await user_by_email(session, email) is not None:
-        return await _signup_form(409, error="An account with that e-mail already exists; sign in.", email=email)
-    user = await create_user(session, email)
-    user.password_hash = password_hash
-    response = see_other("/keys")
-    await start_session(session, user, response)
     return response

@@ -28,6 +28,7 @@ TABLES = {
     "workspace_files",
     "web_sessions",
     "signin_failures",
+    "signup_requests",
     "api_key_usage",
     "idempotency_records",
     "review_links",
