@@ -6,9 +6,11 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
-from agents.claims import Claim, claim_next
+from agents.claims import Claim, LeaseLost, claim_next
+from agents.runner import ExecutionRunner
 from api.auth import Caller
 from api.schemas import CreateTaskIn
 from api.tasks import create_execution
@@ -120,3 +122,19 @@ async def test_concurrent_claims_take_each_execution_exactly_once(db: Database, 
         row = await execution(db, claim.execution_id)
         assert (row.worker_id, row.lease_epoch) == (worker, 1)
     assert await claim_next(db, "late", 30) is None
+
+
+async def test_a_stale_claim_of_the_same_worker_is_fenced_out_by_its_epoch(db: Database, settings: Settings) -> None:
+    """A worker that comes back under the same id (a restart, a reused host name) after its lease ran out and
+    claims again: the writes of its old claim must not pass as the new one's; only the epoch tells them apart."""
+    (exe,) = await new_executions(db, settings, 1)
+    first = await claim_next(db, "worker-a", 30)
+    assert first is not None
+    await set_fields(db, exe, lease_until=utcnow() - timedelta(seconds=1))
+    second = await claim_next(db, "worker-a", 30)
+    assert second == Claim(exe, first.epoch + 1)
+    with pytest.raises(LeaseLost):
+        async with db.transaction() as session:
+            await ExecutionRunner(settings, db, "worker-a", first).fence(session)
+    async with db.transaction() as session:
+        await ExecutionRunner(settings, db, "worker-a", second).fence(session)
