@@ -49,6 +49,11 @@ class Tool:
         """
         return True
 
+    def argument_problem(self, args: dict[str, Any]) -> str | None:
+        """Why these arguments could never work (the call then fails with this, and no reviewer is asked to
+        approve it), or None."""
+        return None
+
     async def perform(self, settings: Settings, args: dict[str, Any], started_at: datetime) -> Any:
         """Work done outside any transaction."""
         return None

@@ -94,7 +94,11 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
     """With autoDetectCheckpoints, the checkpoint a call of a tool that acts on the world must pass first;
     None when the call needs no review or has passed it."""
     effect = side_effect_of(call.tool, call.args)
-    if not mode.gate_actions or effect is None or not TOOLS[call.tool].acts_on_world:
+    tool = TOOLS[call.tool]
+    if not mode.gate_actions or effect is None or not tool.acts_on_world:
+        return None
+    if tool.argument_problem(call.args) is not None:
+        # It can only fail (its `record` says why): nothing for a reviewer to approve.
         return None
     bound = await session.scalar(
         sa.select(Checkpoint).where(Checkpoint.tool_call_id == call.id, Checkpoint.stage == effect.stage)

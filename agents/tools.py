@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from agents.http_tool import HttpRequest
 from agents.tool_base import SingleWrite, Tool, ToolContext, ToolFailed, schema
 from core.events import Companion, write_row
+from core.headers import line_break_problem, one_recipient
 from core.mail import enqueue_mail
 from core.models import WORKSPACE_FILES, ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
@@ -29,19 +30,32 @@ class SendEmail(Tool):
     description = "Send an e-mail. It is queued in the service's outbox and sent once."
     parameters = schema(
         {
-            "to": {"type": "string", "description": "recipient address"},
-            "subject": {"type": "string"},
+            "to": {"type": "string", "description": "one recipient address (a list is refused)"},
+            "subject": {"type": "string", "description": "one line"},
             "body": {"type": "string", "description": "plain text"},
         },
         ["to", "subject", "body"],
     )
 
+    def argument_problem(self, args: dict[str, Any]) -> str | None:
+        # Checked before a row is queued: the dispatcher would refuse it anyway, and the model can correct it.
+        try:
+            one_recipient(str(args.get("to", "")))
+        except ValueError as exc:
+            return f"`to` must be exactly one e-mail address: {exc}"
+        problem = line_break_problem(str(args.get("subject", "")))
+        return None if problem is None else f"`subject` {problem}"
+
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
+        problem = self.argument_problem(args)
+        if problem is not None:
+            raise ToolFailed(problem)
         message = await enqueue_mail(
             ctx.session,
             message_key=f"tool:{ctx.tool_call_id}",
             sender=ctx.settings.mail_from,
-            recipient=str(args["to"]),
+            # The bare address: a display name adds nothing the reviewer or the dispatcher needs.
+            recipient=one_recipient(str(args["to"])),
             subject=str(args["subject"]),
             text_body=str(args["body"]),
             execution_id=ctx.execution_id,

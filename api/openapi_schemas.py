@@ -15,12 +15,20 @@ from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (CreateTaskIn, ExecutionPatchIn, DecisionIn)
 _REF = "#/components/schemas/{model}"
 _NON_BLANK = r"\S"  # the models strip whitespace before checking min_length=1
+# core/headers.py's control characters, which a single-line field (a name in a mail subject) and a URL refuse.
+_CONTROL = r"\u0000-\u001f\u007f-\u009f\u2028\u2029"
+_SINGLE_LINE = rf"^[^{_CONTROL}]*[^{_CONTROL}\s][^{_CONTROL}]*$"
+_HTTP_URL = rf"^https?://[^/?#{_CONTROL}][^{_CONTROL}]*$"
 
 # What the pydantic models cannot say themselves, per schema and property (description, and rules the
 # validators apply in code). Every request property must have an entry: tests/api/test_openapi.py checks.
 _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
     "CreateTaskIn": {
-        "taskName": {"description": "Name of the task.", "pattern": _NON_BLANK},
+        "taskName": {
+            "description": "Name of the task: one line (no line break, tab or other control character), since "
+            "it goes into the review mail's subject.",
+            "pattern": _SINGLE_LINE,
+        },
         "taskDescription": {"description": "What the agent must do.", "pattern": _NON_BLANK},
         "checkpoints": {"description": "Caller-defined verification points, passed in order."},
         "autoDetectCheckpoints": {
@@ -42,8 +50,9 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "anyOf": [{"type": "string", "format": "email"}, {"type": "null"}],
         },
         "webhookUrl": {
-            "description": "http(s) URL that receives the completion notification; null or empty for none.",
-            "anyOf": [{"type": "string", "maxLength": 2048, "pattern": "^https?://[^/?#]"}, {"type": "null"}],
+            "description": "http(s) URL that receives the completion notification (no control characters); "
+            "null or empty for none.",
+            "anyOf": [{"type": "string", "maxLength": 2048, "pattern": _HTTP_URL}, {"type": "null"}],
         },
         "webhookEvents": {
             "description": "Webhook events to send besides the completion notification (`execution.completed`, "
@@ -77,7 +86,10 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         },
     },
     "CheckpointIn": {
-        "stage": {"description": "Short label of the stage being verified.", "pattern": _NON_BLANK},
+        "stage": {
+            "description": "Short label of the stage being verified: one line, like `taskName`.",
+            "pattern": _SINGLE_LINE,
+        },
         "description": {"description": "What happens at this stage."},
         "verificationQuestion": {
             "description": "The question the reviewer answers to approve or reject.",
@@ -91,7 +103,7 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "webhookUrl": {
             "description": "The new http(s) webhook URL; null to clear.",
-            "anyOf": [{"type": "string", "maxLength": 2048, "pattern": "^https?://[^/?#]"}, {"type": "null"}],
+            "anyOf": [{"type": "string", "maxLength": 2048, "pattern": _HTTP_URL}, {"type": "null"}],
         },
     },
     "DecisionIn": {

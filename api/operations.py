@@ -6,7 +6,7 @@ Where each number comes from:
   The route label is the URL rule (`/api/eval/status/<execution_id>`), never the raw path, so ids do not
   become label values; a path that matches no route counts as `unmatched`.
 - Socket.IO connections: the Engine.IO sockets open in this process.
-- Everything about executions, reviews and webhooks: read from the database at scrape time (one query
+- Everything about executions, reviews, webhooks and mail: read from the database at scrape time (one query
   each), so every web process reports the same values and none is lost to a restart. The review wait
   histogram pairs each decided attempt with its pause event; its cost grows with the number of decisions.
 
@@ -35,7 +35,7 @@ from quart import Blueprint, Quart, Response, current_app, g, request
 
 from core.db import Database
 from core.logs import current_execution_id
-from core.models import Decision, Event, Execution, WebhookAttempt, WebhookDelivery, utcnow
+from core.models import Decision, Event, Execution, MailMessage, WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -111,7 +111,13 @@ async def _database_families(session: Any) -> list[Metric]:
     )
     for name, count in sorted((await session.execute(sa.select(outcome, sa.func.count()).group_by(outcome))).all()):
         attempts.add_metric([name], float(count))
-    return [executions, queue, waiting, await _review_wait_histogram(session), deliveries, attempts]
+    mail = GaugeMetricFamily(
+        "vouch_mail_messages", "Outgoing mail by status (queued, sent, failed, dev_mailbox).", labels=["status"]
+    )
+    rows = (await session.execute(sa.select(MailMessage.status, sa.func.count()).group_by(MailMessage.status))).all()
+    for status in sorted({"queued", "sent", "failed"} | {status for status, _ in rows}):
+        mail.add_metric([status], float(dict(rows).get(status, 0)))
+    return [executions, queue, waiting, await _review_wait_histogram(session), deliveries, attempts, mail]
 
 
 async def _review_wait_histogram(session: Any) -> Metric:

@@ -21,6 +21,7 @@ from pydantic import (
 from agents.model_names import ModelUnavailable, check_model_name
 from api.problems import ApiError
 from core.accounts import AccountError, normalise_email
+from core.headers import line_break_problem
 
 M = TypeVar("M", bound=BaseModel)
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -39,8 +40,20 @@ class _Strict(BaseModel):
         return value
 
 
+def _one_line(value: str) -> str:
+    problem = line_break_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A name that ends up in a mail header (the review mail's subject): one line, no control character (TAB
+# included); core/headers.py says why. Descriptions and questions stay multi-line: they go into bodies.
+SingleLine = Annotated[NonEmpty, StringConstraints(max_length=200), AfterValidator(_one_line)]
+
+
 class CheckpointIn(_Strict):
-    stage: Annotated[NonEmpty, StringConstraints(max_length=200)]
+    stage: SingleLine
     description: Annotated[str, StringConstraints(strip_whitespace=True, max_length=5000)] = ""
     verificationQuestion: Annotated[NonEmpty, StringConstraints(max_length=2000)]
 
@@ -57,6 +70,10 @@ def _reviewer_address(value: str | None) -> str | None:
 def _webhook_url(value: str | None) -> str | None:
     if not value:
         return None
+    problem = line_break_problem(value)
+    if problem is not None:
+        # urlsplit drops tabs and line breaks silently: the URL checked would not be the URL stored.
+        raise ValueError(problem.replace("a single line", "one URL", 1))
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError("must be an http:// or https:// URL")
@@ -99,7 +116,7 @@ def reviewer_required(test_mode: str, has_checkpoints: bool) -> bool:
 
 
 class CreateTaskIn(_Strict):
-    taskName: Annotated[NonEmpty, StringConstraints(max_length=200)]
+    taskName: SingleLine
     taskDescription: Annotated[NonEmpty, StringConstraints(max_length=20000)]
     checkpoints: list[CheckpointIn] = Field(default_factory=list, max_length=50)
     autoDetectCheckpoints: StrictBool = False

@@ -79,6 +79,8 @@ def _system_text(type_: str, payload: dict[str, Any]) -> str | None:
             return f"Escalated to the backup reviewer {payload.get('to')}"
         case "review.deadline_passed":
             return f"The review deadline passed: {payload.get('policy')} applies"
+        case "mail.failed":
+            return f"Mail to {payload.get('to')} could not be sent: {payload.get('reason')}"
         case "model.request":
             return model_request_text(payload)
     return None

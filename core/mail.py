@@ -22,6 +22,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.db import Database, publish_after_commit
+from core.events import append_events
+from core.headers import line_break_problem, one_recipient
 from core.ids import new_id
 from core.models import MailMessage, utcnow
 from core.wakeups import Wakeups
@@ -93,24 +95,46 @@ async def enqueue_mail(
     return message
 
 
+class Unsendable(Exception):
+    """The message can never go out as it is (a header that is not one line, not exactly one recipient, a
+    permanent refusal): it is marked failed at once, with this as its reason."""
+
+
 def to_email(message: MailMessage) -> EmailMessage:
+    """The message as it is sent; Unsendable when its row cannot make one (rows written before the header
+    rules of core/headers.py, or by a bug)."""
+    recipient = envelope_recipient(message)
+    problem = line_break_problem(message.subject)
+    if problem is not None:
+        raise Unsendable(f"the subject {problem}")
     email = EmailMessage()
-    email["From"] = message.sender
-    email["To"] = message.recipient
-    email["Subject"] = message.subject
-    email["Date"] = formatdate(localtime=False)
-    # Stable per message row: a re-send after a crash is recognisably the same message.
-    # (make_msgid adds time and randomness, so it cannot serve here.)
-    email["Message-ID"] = f"<{message.id}@vouch.local>"
-    reply_token = REPLY_TAG.search(message.subject)
-    if reply_token:
-        # A review mail: replies go to review+<token>@<our domain>, which the inbound listener reads.
-        domain = parseaddr(message.sender)[1].rpartition("@")[2] or "localhost"
-        email["Reply-To"] = f"review+{reply_token.group(1)}@{domain}"
-    email.set_content(message.text_body)
-    if message.html_body:
-        email.add_alternative(message.html_body, subtype="html")
+    try:
+        email["From"] = message.sender
+        email["To"] = recipient
+        email["Subject"] = message.subject
+        email["Date"] = formatdate(localtime=False)
+        # Stable per message row: a re-send after a crash is recognisably the same message.
+        # (make_msgid adds time and randomness, so it cannot serve here.)
+        email["Message-ID"] = f"<{message.id}@vouch.local>"
+        reply_token = REPLY_TAG.search(message.subject)
+        if reply_token:
+            # A review mail: replies go to review+<token>@<our domain>, which the inbound listener reads.
+            domain = parseaddr(message.sender)[1].rpartition("@")[2] or "localhost"
+            email["Reply-To"] = f"review+{reply_token.group(1)}@{domain}"
+        email.set_content(message.text_body)
+        if message.html_body:
+            email.add_alternative(message.html_body, subtype="html")
+    except (ValueError, TypeError, LookupError) as exc:
+        raise Unsendable(f"the message cannot be built: {exc}") from None
     return email
+
+
+def envelope_recipient(message: MailMessage) -> str:
+    """The one address the row is for. Never a list: `a@x, b@y` in one row would reach both."""
+    try:
+        return one_recipient(message.recipient, globally_deliverable=False)
+    except ValueError as exc:
+        raise Unsendable(str(exc)) from None
 
 
 async def _claim_due(db: Database) -> MailMessage | None:
@@ -134,21 +158,22 @@ async def _claim_due(db: Database) -> MailMessage | None:
 
 
 async def deliver_due_mail(db: Database, target: SmtpTarget) -> int:
-    """Send every message that is due; returns how many were sent."""
+    """Send every message that is due; returns how many were sent. Each message is sent or recorded as
+    failed on its own: one that cannot be sent never stops the round or holds up the others."""
     sent = 0
     while (message := await _claim_due(db)) is not None:
         try:
-            await aiosmtplib.send(
-                to_email(message),
-                hostname=target.host,
-                port=target.port,
-                use_tls=target.use_tls,
-                username=target.username,
-                password=target.password,
-                timeout=30,
-            )
+            await _send_one(message, target)
+        except Unsendable as exc:
+            await _record_failure(db, message, str(exc), permanent=True)
+            continue
         except (aiosmtplib.SMTPException, OSError) as exc:
-            await _record_failure(db, message, exc)
+            await _record_failure(db, message, _smtp_reason(exc), permanent=_refused_for_good(exc))
+            continue
+        except Exception as exc:
+            # A bug, not the message's fault: retried on the schedule like a network error, and seen in the log.
+            log.exception("mail %s: sending failed unexpectedly", message.id)
+            await _record_failure(db, message, f"{type(exc).__name__}: {exc}", permanent=False)
             continue
         async with db.transaction() as session:
             await session.execute(
@@ -160,20 +185,67 @@ async def deliver_due_mail(db: Database, target: SmtpTarget) -> int:
     return sent
 
 
-async def _record_failure(db: Database, message: MailMessage, exc: Exception) -> None:
-    give_up = message.attempts >= MAX_ATTEMPTS
+async def _send_one(message: MailMessage, target: SmtpTarget) -> None:
+    email = to_email(message)
+    await aiosmtplib.send(
+        email,
+        # Named, not read from the headers: the row's one recipient is the only one.
+        recipients=[envelope_recipient(message)],
+        hostname=target.host,
+        port=target.port,
+        use_tls=target.use_tls,
+        username=target.username,
+        password=target.password,
+        timeout=30,
+    )
+
+
+def _refused_for_good(exc: Exception) -> bool:
+    """A 5xx about this message (its recipient, its content): trying again gets the same answer. Refusals
+    that are about the server or our account (sender, authentication) are retried, as the operator may fix
+    them in the meantime."""
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        return bool(exc.recipients) and all(500 <= refusal.code < 600 for refusal in exc.recipients)
+    if isinstance(exc, aiosmtplib.SMTPRecipientRefused | aiosmtplib.SMTPDataError):
+        return 500 <= exc.code < 600
+    return False
+
+
+def _smtp_reason(exc: Exception) -> str:
+    if isinstance(exc, aiosmtplib.SMTPRecipientsRefused):
+        return "; ".join(f"{r.recipient} refused: {r.code} {r.message}" for r in exc.recipients) or str(exc)
+    if isinstance(exc, aiosmtplib.SMTPResponseException):
+        return f"{type(exc).__name__}: {exc.code} {exc.message}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def _record_failure(db: Database, message: MailMessage, reason: str, *, permanent: bool) -> None:
+    give_up = permanent or message.attempts >= MAX_ATTEMPTS
     delay = min(3600.0, 5 * 3 ** (message.attempts - 1)) * random.uniform(0.8, 1.2)
-    log.warning("mail %s to %s failed (attempt %d): %s", message.id, message.recipient, message.attempts, exc)
+    log.warning(
+        "mail %s to %r failed (attempt %d%s): %s",
+        message.id, message.recipient, message.attempts, ", giving up" if give_up else "", reason,
+    )
     async with db.transaction() as session:
         await session.execute(
             sa.update(MailMessage)
             .where(MailMessage.id == message.id)
             .values(
                 status="failed" if give_up else "queued",
-                last_error=str(exc)[:1000],
+                last_error=reason[:1000],
                 next_attempt_at=None if give_up else utcnow() + timedelta(seconds=delay),
             )
         )
+        if give_up and message.execution_id is not None:
+            payload = {
+                "messageId": message.id,
+                "to": message.recipient,
+                "subject": message.subject,
+                "reason": reason[:1000],
+                "attempts": message.attempts,
+            }
+            # append_events, not append_event: the execution may have been deleted since the claim (no event then).
+            await append_events(session, message.execution_id, [("mail.failed", payload)])
 
 
 async def run_mail_dispatcher(db: Database, smtp_url: str, stop: asyncio.Event, poll_seconds: float) -> None:

@@ -6,7 +6,9 @@ Each attempt is a WebhookAttempt row. A 2xx ends the delivery `succeeded`; 410 G
 (the receiver says: stop); anything else, a timeout or a network error is retried on SCHEDULE (with
 jitter), or after the receiver's `Retry-After` when it sends one. A target the outbound guard refuses
 ends the delivery `failed` at once: the refusal is the operator's policy and would repeat on every retry;
-once the operator allow-lists the network, a redelivery sends it.
+once the operator allow-lists the network, a redelivery sends it. An attempt that cannot even be made (a URL
+stored before it was validated as it is now) is a failed attempt like a network error: on record, retried on
+SCHEDULE, then given up.
 """
 
 from __future__ import annotations
@@ -166,6 +168,14 @@ async def attempt_once(
         return Outcome(None, elapsed(), None, f"timed out: {type(exc).__name__}")
     except httpx.HTTPError as exc:
         return Outcome(None, elapsed(), None, f"{type(exc).__name__}: {exc}"[:1000])
+    except httpx.InvalidURL as exc:
+        # A row stored before webhookUrl was validated as it is now: recorded and retried on the schedule
+        # like any failed attempt (a PATCH of the URL does not reach rows already queued).
+        return Outcome(None, elapsed(), None, f"the URL cannot be used: {exc}"[:1000])
+    except Exception as exc:
+        # Whatever else stops this one attempt is its failure, on record; never a silent loop of leases.
+        log.exception("webhook %s: the attempt could not be made", delivery.id)
+        return Outcome(None, elapsed(), None, f"the request could not be made: {type(exc).__name__}: {exc}"[:1000])
     retry_after = parse_retry_after(response.headers.get("retry-after"))
     error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}"
     return Outcome(response.status_code, elapsed(), excerpt, error, retry_after)

@@ -119,6 +119,8 @@ def event_line(type_: str, payload: dict[str, Any]) -> str:
             return f"{type_.split('.')[1].replace('_', ' ').capitalize()} to {payload.get('to')}"
         case "review.deadline_passed":
             return f"The review deadline passed; policy {payload.get('policy')}"
+        case "mail.failed":
+            return f"Mail to {payload.get('to')} could not be sent: {payload.get('reason')}"
     return type_
 
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.headers import one_line
 from core.links import reviewer_chat_url
 from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, MailMessage
@@ -94,11 +95,11 @@ async def queue_review_mail(
         "reply_token": links.reply,
         "hours": settings.review_link_hours,
     }
-    subject = f"Review needed: {execution.task_name} — {checkpoint.stage} {subject_tag(links.reply)}"
+    # one_line: names the API took before it refused control characters (issue 19) must not break the header.
+    name, stage = one_line(execution.task_name), one_line(checkpoint.stage)
+    subject = f"Review needed: {name} — {stage} {subject_tag(links.reply)}"
     if checkpoint.attempt > 1:
-        subject = f"Review needed (attempt {checkpoint.attempt}): {execution.task_name} — {checkpoint.stage} " + (
-            subject_tag(links.reply)
-        )
+        subject = f"Review needed (attempt {checkpoint.attempt}): {name} — {stage} {subject_tag(links.reply)}"
     return await enqueue_mail(
         session,
         message_key=key,

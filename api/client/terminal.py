@@ -69,6 +69,8 @@ def describe(event: Event) -> str | None:
             return f"· Escalated to the backup reviewer {p.get('to')}"
         case "review.deadline_passed":
             return f"· The review deadline passed: {p.get('policy')} applies"
+        case "mail.failed":
+            return f"· Mail to {p.get('to')} could not be sent: {_clip(p.get('reason', ''))}"
         case "execution.completed":
             summary = (p.get("result") or {}).get("summary")
             return "■ Completed" + (f": {_clip(summary, 400)}" if summary else "")

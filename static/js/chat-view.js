@@ -196,6 +196,8 @@ export function createView(root, needState) {
         return `Escalated to the backup reviewer ${payload.to}`;
       case "review.deadline_passed":
         return `The review deadline passed: ${payload.policy} applies`;
+      case "mail.failed":
+        return `Mail to ${payload.to} could not be sent: ${payload.reason}`;
       case "model.request": {
         const seconds = (Number(payload.durationMs) || 0) / 1000;
         const cost = typeof payload.costUsd === "number" ? `, $${payload.costUsd.toFixed(4)}` : "";

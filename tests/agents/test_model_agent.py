@@ -375,3 +375,46 @@ async def test_anthropic_models_run_through_anthropics_own_client(
         ]
         assert len(results) == 1 and "a.md" in json.dumps(results[0])
         assert "Write a.md." in json.dumps(llm.requests[0]["system"])
+
+
+# Issue 19: a send_email the service could never send is the model's error to see, never a queued message.
+BAD_MAILS = [
+    {"to": "a@example.com, b@example.com", "subject": "Hi", "body": "x"},
+    {"to": '"a@example.com" <b@example.com>, c@example.com', "subject": "Hi", "body": "x"},
+    {"to": "boss@example.com", "subject": "Hi\r\nBcc: victim@example.com", "body": "x"},
+    {"to": "not an address", "subject": "Hi", "body": "x"},
+]
+
+
+async def test_a_bad_recipient_or_subject_is_a_tool_error_and_the_run_goes_on(db: Database, settings: Settings) -> None:
+    script = [call("send_email", **args) for args in BAD_MAILS]
+    async with fake_llm(*script, call("send_email", **MAIL), call("finish", summary="done")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(db, config, MAIL_TASK, agent_model="openai:scripted")
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed", snap.execution.error
+        assert [(m.recipient, m.subject) for m in snap.mails] == [("boss@example.com", "Weekly report")]
+        assert [c.status for c in snap.calls] == ["failed"] * len(BAD_MAILS) + ["succeeded"]
+        told = [json.loads(last_tool_result(request)) for request in llm.requests[1 : len(BAD_MAILS) + 1]]
+        assert all(set(answer) == {"error"} for answer in told), told
+        assert "exactly one" in told[0]["error"] and "exactly one" in told[1]["error"]
+        assert "subject" in told[2]["error"] and "U+000D" in told[2]["error"]
+        errors = [p["error"] for p in snap.payloads("tool.result") if "error" in p]
+        assert errors == [answer["error"] for answer in told]
+
+
+async def test_a_call_that_could_never_be_sent_is_not_put_to_the_reviewer(db: Database, settings: Settings) -> None:
+    async with fake_llm(call("send_email", **BAD_MAILS[0]), call("finish", summary="gave up")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db, config, MAIL_TASK, test_mode="with-verification", agent_model="openai:scripted",
+            autoDetectCheckpoints=True,
+        )
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.mails == []
+        assert [(c.tool, c.status) for c in snap.calls] == [("send_email", "failed")]
+        # The model heard of its mistake at once; the reviewer is asked only at the end, about finishing.
+        assert len(llm.requests) == 2 and "exactly one" in last_tool_result(llm.requests[1])
+        assert [p["nextAction"]["tool"] for p in snap.payloads("checkpoint.awaiting_review")] == ["finish"]

@@ -98,6 +98,18 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
         {"checkpoints": [{"stage": "s", "verificationQuestion": "q?"}], "assignedReviewer": REVIEWER},
     ),
     ("auto-detect-false", {"autoDetectCheckpoints": False}),
+    # Issue 19: names are single lines, but any other character is fine; descriptions and questions keep
+    # their line breaks (and tabs).
+    (
+        "single-line-names-multi-line-texts",
+        {
+            "taskName": "Café — « revue » ✓",
+            "taskDescription": "Line one\n\tLine two\r\nLine three",
+            "checkpoints": [{"stage": "Étape 1", "description": "a\nb", "verificationQuestion": "Is it\nright?"}],
+            "assignedReviewer": REVIEWER,
+        },
+    ),
+    ("taskName-trailing-line-break-is-trimmed", {"taskName": "Weekly report\n"}),
 ]
 
 
@@ -182,6 +194,28 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("unknown-field-misspelt", task(testmode="without-verification"), "/testmode"),
     ("unknown-field", task(priority="high"), "/priority"),
     ("taskName-too-long", task(taskName="x" * 201), "/taskName"),
+    # Issue 19: what goes into a mail header is one line.
+    ("taskName-crlf", task(taskName="Report\r\nBcc: victim@example.com"), "/taskName"),
+    ("taskName-lf", task(taskName="Report\nmore"), "/taskName"),
+    ("taskName-tab", task(taskName="Report\tQ3"), "/taskName"),
+    ("taskName-escape", task(taskName="Report\x1b[31m"), "/taskName"),
+    ("taskName-del", task(taskName="Report\x7f"), "/taskName"),
+    ("taskName-next-line-c1", task(taskName="Report\x85more"), "/taskName"),
+    ("taskName-line-separator", task(taskName="Report\u2028more"), "/taskName"),
+    (
+        "stage-crlf",
+        task(checkpoints=[{**CHECKPOINT, "stage": "Send\r\nBcc: victim@example.com"}], assignedReviewer=REVIEWER),
+        "/checkpoints/0/stage",
+    ),
+    (
+        "stage-vertical-tab",
+        task(checkpoints=[CHECKPOINT, {**CHECKPOINT, "stage": "a\x0bb"}], assignedReviewer=REVIEWER),
+        "/checkpoints/1/stage",
+    ),
+    ("webhook-crlf", task(webhookUrl="https://hooks.example.com/a\r\nX-Injected: 1"), "/webhookUrl"),
+    ("webhook-lf-in-host", task(webhookUrl="https://hooks.exa\nmple.com/"), "/webhookUrl"),
+    ("webhook-tab", task(webhookUrl="https://hooks.example.com/a\tb"), "/webhookUrl"),
+    ("webhook-nul-like-control", task(webhookUrl="https://hooks.example.com/\x01"), "/webhookUrl"),
 ]
 
 

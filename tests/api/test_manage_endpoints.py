@@ -105,6 +105,8 @@ async def test_patch_validates_like_create(api_only: Service, subtests: pytest.S
         ({"assignedReviewer": "not-an-address"}, "/assignedReviewer"),
         ({"webhookUrl": "ftp://example.com/x"}, "/webhookUrl"),
         ({"webhookUrl": "https://" + "a" * 2050}, "/webhookUrl"),
+        ({"webhookUrl": "https://hooks.example.com/a\r\nX-Injected: 1"}, "/webhookUrl"),
+        ({"webhookUrl": "https://hooks.example.com/a\x1bb"}, "/webhookUrl"),
         ({"assignedReviewer": None}, "/assignedReviewer"),  # checkpoints need a reviewer
         ({"taskName": "renamed"}, "/taskName"),
         ({}, ""),

@@ -12,12 +12,14 @@ from typing import Any, get_args
 
 import pytest
 from openapi_spec_validator import OpenAPIV31SpecValidator
+from pydantic import ValidationError
 
 from api.apidocs import doc_text
 from api.executions import STATUSES
 from api.openapi import DOCS_PATH, OPENAPI_PATH, build_document
 from api.openapi_models import Channel, ExecutionStatus
 from api.openapi_operations import OPERATIONS, PROBLEM_CODES
+from api.openapi_schemas import component_schemas
 from api.schemas import CreateTaskIn
 from core.apikeys import SCOPES
 from review.decisions import CHANNELS, FINAL_STATUSES
@@ -95,6 +97,42 @@ def test_the_document_enums_are_the_code_s() -> None:
     assert set(get_args(Channel)) == set(CHANNELS)
     assert {op.scope for op in OPERATIONS} - {None} <= set(SCOPES)
     assert {code for op in OPERATIONS for code in op.problems} <= set(PROBLEM_CODES)
+
+
+def _pattern(schema: dict[str, Any]) -> str:
+    found = schema.get("pattern") or next(option["pattern"] for option in schema["anyOf"] if "pattern" in option)
+    return str(found)
+
+
+# Issue 19: the single-line fields and the webhook URL, as the document and the models judge them.
+_LINE_CASES = [
+    ("Weekly report", True), ("Café — « revue » ✓", True), ("a b", True),
+    ("a\r\nBcc: x@example.com", False), ("a\nb", False), ("a\tb", False), ("a\x1bb", False), ("a\x7fb", False),
+    ("a\x85b", False), ("a\u2028b", False),
+]
+
+
+def test_the_documented_single_line_and_url_patterns_are_the_models_rules() -> None:
+    schemas = component_schemas()
+    for schema, field in (("CreateTaskIn", "taskName"), ("CheckpointIn", "stage")):
+        pattern = _pattern(schemas[schema]["properties"][field])
+        for value, good in _LINE_CASES:
+            assert (re.search(pattern, value) is not None) is good, (field, value)
+            checkpoint = {"stage": value if field == "stage" else "s", "verificationQuestion": "q?"}
+            body = task(taskName=value if field == "taskName" else "t", checkpoints=[checkpoint],
+                        assignedReviewer="r@example.com")
+            try:
+                CreateTaskIn.model_validate(body)
+                accepted = True
+            except ValidationError:
+                accepted = False
+            assert accepted is good, (field, value)
+    for schema in ("CreateTaskIn", "ExecutionPatchIn"):
+        pattern = _pattern(schemas[schema]["properties"]["webhookUrl"])
+        for value, good in _LINE_CASES:
+            url = f"https://hooks.example.com/{value}"
+            assert (re.search(pattern, url) is not None) is good, (schema, url)
+            assert (re.search(pattern, f"https://hooks.exa{value}mple.com/") is not None) is good
 
 
 # A key that lacks each scope: eval:manage includes the other two, so it is the only way to lack nothing.

@@ -9,8 +9,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import sqlalchemy as sa
 
 from core.logs import JsonFormatter, RequestIdFilter
+from core.mail import enqueue_mail
+from core.models import MailMessage
 from core.settings import SettingsError, load_settings
 from tests.conftest import Service, bearer
 from tests.support.ports import free_port
@@ -174,3 +177,23 @@ async def test_socketio_connections_gauge(api_only: Service) -> None:
 
 async def _only(base: str, wanted: float) -> bool | None:
     return True if await _socket_count(base) == wanted else None
+
+
+async def test_metrics_count_mail_by_status(api_only: Service) -> None:
+    statuses = ["sent", "sent", "failed", "queued", "dev_mailbox"]
+    async with api_only.db.transaction() as session:
+        for n in range(len(statuses)):
+            await enqueue_mail(
+                session, message_key=f"metrics:{n}", sender="vouch@example.com", recipient="r@example.com",
+                subject="s", text_body="t", smtp_configured=True,
+            )
+        await session.flush()
+        for n, status in enumerate(statuses):
+            await session.execute(
+                sa.update(MailMessage).where(MailMessage.message_key == f"metrics:{n}").values(status=status)
+            )
+    text = await (await api_only.client.get("/metrics")).get_data(as_text=True)
+    assert sample(text, 'vouch_mail_messages{status="sent"}') == 2
+    assert sample(text, 'vouch_mail_messages{status="failed"}') == 1
+    assert sample(text, 'vouch_mail_messages{status="queued"}') == 1
+    assert sample(text, 'vouch_mail_messages{status="dev_mailbox"}') == 1

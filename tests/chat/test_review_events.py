@@ -32,3 +32,12 @@ def test_review_steps_fold_into_system_lines() -> None:
     cards = [i for i in items if i.kind == "card"]
     assert [c.data["attempt"] for c in cards] == [1, 2]
     assert cards[0].data["decision"]["decision"] == "reject" and cards[1].data["decision"] is None
+
+
+def test_a_failed_mail_is_a_system_line() -> None:
+    # Issue 19: the dispatcher's mail.failed event says which mail did not go out, and why.
+    payload = {"messageId": "msg_1", "to": "r@example.com", "subject": "s", "reason": "550 no such mailbox"}
+    items = fold([message(1, "mail.failed", payload)])
+    assert [(i.kind, i.data.get("text")) for i in items] == [
+        ("system", "Mail to r@example.com could not be sent: 550 no such mailbox")
+    ]

@@ -307,3 +307,32 @@ async def test_the_dispatcher_knows_when_the_next_retry_is_due(
         assert await seconds_until_next_due(db, clock) == 0
         await deliver_due_webhooks(db, hook_settings, clock=clock, jitter=lambda: 0.5)
     assert await seconds_until_next_due(db, clock) == pytest.approx(SCHEDULE[0])
+
+
+async def test_a_url_that_cannot_be_used_is_a_recorded_failed_attempt_on_the_schedule(
+    db: Database, hook_settings: Settings, owner: Account
+) -> None:
+    # A row from before webhookUrl refused control characters: the request cannot even be made.
+    async with webhook_receiver([]) as receiver:
+        broken = await new_execution(db, owner, receiver.url + "/a\r\nX-Injected: 1")
+        await finish(db, broken)
+        fine = await new_execution(db, owner, receiver.url)
+        await finish(db, fine)
+        clock = clock_at_now()
+        assert await deliver_due_webhooks(db, hook_settings, clock=clock, jitter=lambda: 0.5) == 2
+        assert [r.webhook_id for r in receiver.received] == [(await deliveries(db, fine))[0].id]
+        [delivery] = await deliveries(db, broken)
+        assert delivery.status == "pending" and delivery.locked_until is None
+        assert delivery.next_attempt_at == clock.now + timedelta(seconds=SCHEDULE[0])
+        [attempt] = await attempts(db, delivery.id)
+        assert (attempt.number, attempt.status_code, attempt.response_excerpt) == (1, None, None)
+        assert attempt.error is not None and "URL" in attempt.error
+        for _ in range(MAX_ATTEMPTS - 1):
+            clock.advance(2 * 86400)
+            assert await deliver_due_webhooks(db, hook_settings, clock=clock) == 1
+        clock.advance(2 * 86400)
+        assert await deliver_due_webhooks(db, hook_settings, clock=clock) == 0
+    [delivery] = await deliveries(db, broken)
+    assert (delivery.status, delivery.attempts, delivery.next_attempt_at) == ("failed", MAX_ATTEMPTS, None)
+    assert [a.number for a in await attempts(db, delivery.id)] == list(range(1, MAX_ATTEMPTS + 1))
+    assert len(receiver.received) == 1

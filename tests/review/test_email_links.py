@@ -157,3 +157,19 @@ async def test_the_mail_chat_link_lets_its_reviewer_decide_in_the_chat(service: 
     async with service.db.reading() as session:
         stale = await access_to(session, run.execution_id, secret_key=secret, person=None, reviewer_token=good)
         assert stale is None
+
+
+async def test_names_stored_before_they_had_to_be_one_line_still_make_a_one_line_subject(service: Service) -> None:
+    # Issue 19: the API now refuses control characters in taskName and stage; rows from before may hold them.
+    run = await paused_run(service)
+    async with service.db.transaction() as session:
+        execution = await session.get_one(Execution, run.execution_id)
+        execution.task_name = "Report\r\nBcc: victim@example.com"
+        execution.assigned_reviewer = "second@example.com"
+        checkpoint = await session.get_one(Checkpoint, run.checkpoint_id)
+        checkpoint.stage = "Draft\u2028note\t"
+        await session.flush()
+        mail = await checkpoint_awaiting(session, service.settings, run.execution_id, checkpoint, None)
+    assert mail is not None
+    assert mail.subject.startswith("Review needed: Report Bcc: victim@example.com — Draft note [vouch:"), mail.subject
+    assert not re.search(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]", mail.subject)
