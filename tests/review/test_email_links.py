@@ -4,6 +4,7 @@ link is refused with a page saying what happened."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import sqlalchemy as sa
