@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from agents import offline
 from agents.claims import Claim, claim_next
+from agents.gates import UNKNOWN_OUTCOME_STAGE
 from agents.offline_steps import OfflineDriver
 from agents.runner import ExecutionRunner
 from agents.tools import TOOLS
@@ -502,6 +503,37 @@ async def test_started_tool_call_is_completed_exactly_once_on_resume(db: Databas
     assert "tool.call" not in snap.types, "the intent was already announced before the crash"
     assert snap.types.count("tool.result") == 1
     assert_contiguous(snap)
+
+
+async def test_a_started_call_that_may_not_run_twice_waits_for_a_human(db: Database, settings: Settings) -> None:
+    """A crash after a POST went out and before its result was recorded: whether it happened is unknown, so the
+    resumed run asks the reviewer (an "outcome unknown" checkpoint) instead of posting again."""
+    description = 'Write a note called a.md saying "hi".'
+    exe = await new_execution(db, settings, description, test_mode="with-verification")
+    got = await claim(db)
+    state = offline.initial_state(description, [])
+    post = {"method": "POST", "url": "https://hooks.example.com/deploy", "body": "go"}
+    state["plan"] = [{"tool": "http_request", "args": post, "instruction": "POST to the deploy hook"}]
+    intent = ToolCall(
+        id=new_id("call"),
+        execution_id=exe,
+        step_index=0,
+        tool="http_request",
+        args=post,
+        status="started",
+        started_at=utcnow() - timedelta(seconds=5),
+    )
+    assert not TOOLS["http_request"].repeatable(post)
+    async with db.transaction() as session:
+        await session.execute(sa.update(Execution).where(Execution.id == exe).values(agent_state=state))
+        session.add(intent)
+    await ExecutionRunner(settings, db, "worker-1", got).run()
+    snap = await snapshot(db, exe)
+    assert snap.execution.status == "awaiting_review"
+    (call,) = snap.calls
+    assert (call.id, call.status, call.result) == (intent.id, "started", None)
+    (asked,) = snap.payloads("checkpoint.awaiting_review")
+    assert asked["stage"] == UNKNOWN_OUTCOME_STAGE and asked["toolCallId"] == intent.id
 
 
 async def test_resumed_wait_only_waits_what_is_left(db: Database, settings: Settings) -> None:
