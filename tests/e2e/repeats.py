@@ -25,6 +25,7 @@ class Row:
     key: str  # what the receiver sees: the Message-ID or the webhook-id
     label: str  # the recipient or URL, for the failure message
     claims: int  # the row's `attempts`: each claim adds one, and a claim sends at most once
+    error: str | None = None  # the row's last recorded failure, if any
 
 
 @dataclass(frozen=True)
@@ -68,18 +69,28 @@ class Repeats:
         """Rows the database says were claimed more than once (a lease ran out, or two workers claimed it)."""
         return sorted(key for key, row in self.rows.items() if row.claims > 1)
 
+    def reclaimed_report(self) -> str:
+        return ", ".join(
+            f"{key} ({self.rows[key].claims} claims, {len(self.copies.get(key, []))} copies"
+            + (f", last error {self.rows[key].error!r})" if self.rows[key].error else ")")
+            for key in self.reclaimed()
+        )
+
     def report(self) -> str:
         lines = [
-            f"{self.what}: {self.kills} kill(s), {self.resends()} resend(s), "
-            f"{len(self.leases_run_out())} lease(s) of {self.lease.total_seconds():g} s ran out "
-            f"{self.leases_run_out()}, rows claimed more than once {self.reclaimed()}"
+            f"{self.what}: {self.kills} kill(s), {self.resends()} resend(s); "
+            f"resent after a lease of {self.lease.total_seconds():g} s ran out: {self.leases_run_out()}; "
+            f"rows claimed again (a lease ran out, a send failed, or two workers held one claim): "
+            f"[{self.reclaimed_report()}]"
         ]
         for key in self.unexplained():
             row = self.rows.get(key)
-            gaps = ", ".join(f"{gap:.3f} s" for gap in self.gaps(key))
+            gaps = self.gaps(key)
+            closest = f"the closest {min(gaps):.3f} s apart" if gaps else "one copy"
             lines.append(
-                f"  duplicated without a lease running out: {key} to {row.label if row else '?'}: "
-                f"{len(self.copies[key])} copies, {gaps or 'no'} apart, claimed {row.claims if row else '?'} time(s)"
+                f"  duplicated without a lease running out: {key} for {row.label if row else '?'}: "
+                f"{len(self.copies[key])} copies, {closest}, claimed {row.claims if row else '?'} time(s)"
+                + (f", last error {row.error!r}" if row and row.error else "")
             )
         return "\n".join(lines)
 

@@ -136,15 +136,15 @@ async def assert_each_mail_once(db: Database, box: Sink, ids: list[str], expecte
     async with db.reading() as session:
         rows = (
             await session.execute(
-                sa.select(MailMessage.id, MailMessage.recipient, MailMessage.attempts, MailMessage.status).where(
-                    MailMessage.execution_id.in_(ids)
-                )
+                sa.select(
+                    MailMessage.id,
+                    MailMessage.recipient,
+                    MailMessage.attempts,
+                    MailMessage.status,
+                    MailMessage.last_error,
+                ).where(MailMessage.execution_id.in_(ids))
             )
         ).all()
-    # Each mail the agents sent is one row and one message (one Message-ID) at the server, and every one arrived.
-    assert sorted(row.recipient for row in rows) == sorted(expected)
-    assert {row.status for row in rows} == {"sent"}, rows
-    assert {mid: to for mid, to, _ in received} == {f"<{row.id}@vouch.local>": row.recipient for row in rows}
     # The SMTP hop itself is at-least-once: only a kill between the server's 250 and our record of it can make
     # a dispatcher send a message again (with the same Message-ID, so receivers can drop it), and only once
     # that message's send lease has run out. A repeat sooner than that is two workers sending one claim.
@@ -153,8 +153,12 @@ async def assert_each_mail_once(db: Database, box: Sink, ids: list[str], expecte
         MAIL_LEASE,
         kills,
         ((mid, at) for mid, _, at in received),
-        (Row(f"<{row.id}@vouch.local>", row.recipient, row.attempts) for row in rows),
+        (Row(f"<{row.id}@vouch.local>", row.recipient, row.attempts, row.last_error) for row in rows),
     ).assert_explained()
+    # Each mail the agents sent is one row and one message (one Message-ID) at the server, and every one arrived.
+    assert sorted(row.recipient for row in rows) == sorted(expected)
+    assert {row.status for row in rows} == {"sent"}, rows
+    assert {mid: to for mid, to, _ in received} == {f"<{row.id}@vouch.local>": row.recipient for row in rows}
 
 
 async def assert_each_webhook_once(db: Database, receiver: Receiver, ids: list[str], kills: int) -> None:
@@ -166,10 +170,7 @@ async def assert_each_webhook_once(db: Database, receiver: Receiver, ids: list[s
                 ).where(WebhookDelivery.execution_id.in_(ids))
             )
         ).all()
-    # One completion per execution, each delivered: the same deliveries the receiver saw.
-    assert sorted(row.execution_id for row in rows) == sorted(ids)
-    assert {row.status for row in rows} == {"succeeded"}, rows
-    assert {r.webhook_id for r in receiver.received} == {row.id for row in rows}
+    # First what arrived twice (the likeliest regression, and the clearest failure message), then the rows.
     Repeats.of(
         "webhooks",
         WEBHOOK_LEASE,
@@ -177,6 +178,10 @@ async def assert_each_webhook_once(db: Database, receiver: Receiver, ids: list[s
         ((r.webhook_id, r.at) for r in receiver.received),
         (Row(row.id, row.execution_id, row.attempts) for row in rows),
     ).assert_explained()
+    # One completion per execution, each delivered: the same deliveries the receiver saw.
+    assert sorted(row.execution_id for row in rows) == sorted(ids)
+    assert {row.status for row in rows} == {"succeeded"}, rows
+    assert {r.webhook_id for r in receiver.received} == {row.id for row in rows}
 
 
 def mails_arrived(box: Sink, count: int) -> Callable[[], Awaitable[bool | None]]:
@@ -184,6 +189,24 @@ def mails_arrived(box: Sink, count: int) -> Callable[[], Awaitable[bool | None]]
         return True if len({mid for mid, _, _ in messages_at(box)}) >= count else None
 
     return arrived
+
+
+def outboxes_done(db: Database, ids: list[str]) -> Callable[[], Awaitable[bool | None]]:
+    """The rows say so too: a receiver's answer comes before the worker records it, and the workers stop next."""
+
+    async def done() -> bool | None:
+        async with db.reading() as session:
+            open_mail = await session.scalar(
+                sa.select(sa.func.count()).where(MailMessage.execution_id.in_(ids), MailMessage.status == "queued")
+            )
+            open_hooks = await session.scalar(
+                sa.select(sa.func.count()).where(
+                    WebhookDelivery.execution_id.in_(ids), WebhookDelivery.status == "pending"
+                )
+            )
+        return True if open_mail == 0 and open_hooks == 0 else None
+
+    return done
 
 
 def all_arrived(*checks: Callable[[], Awaitable[bool | None]]) -> Callable[[], Awaitable[bool | None]]:
@@ -209,7 +232,7 @@ async def test_workers_killed_at_random_lose_nothing_and_repeat_nothing(
         async def webhooks_arrived() -> bool | None:
             return True if len({r.webhook_id for r in receiver.received}) >= EXECUTIONS else None
 
-        delivered = all_arrived(mails_arrived(box, 2 * EXECUTIONS), webhooks_arrived)
+        delivered = all_arrived(mails_arrived(box, 2 * EXECUTIONS), webhooks_arrived, outboxes_done(db, ids))
         kills = await kill_at_random(settings, db, worker_env(settings, port), ids, KILLS, delivered)
     assert kills >= 1
     await assert_gapless_and_completed(db, ids)
@@ -242,7 +265,8 @@ async def test_model_agents_killed_at_random_resume_from_their_history_without_r
         ]
         ids = await create_all(db, settings, tasks, "openai:scripted")
         env = worker_env(settings, port, VOUCH_AGENT_BASE_URL=llm.base_url)
-        kills = await kill_at_random(settings, db, env, ids, 4, mails_arrived(box, len(addresses)))
+        delivered = all_arrived(mails_arrived(box, len(addresses)), outboxes_done(db, ids))
+        kills = await kill_at_random(settings, db, env, ids, 4, delivered)
     await assert_gapless_and_completed(db, ids)
     await assert_each_mail_once(db, box, ids, addresses, kills)
     async with db.reading() as session:
