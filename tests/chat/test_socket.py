@@ -195,9 +195,10 @@ async def test_joining_while_events_are_written_misses_none_and_keeps_each_once(
     assert written == list(range(1, total + 1))
     await watcher.until_seen(execution_id, total)
     replayed = [m["seq"] for m in answer["events"]]
-    # The join was answered mid-stream: after the first 40 writes, with 40 more still to come, so the replay
-    # held only what was there by then and the rest could only arrive live.
-    assert 41 <= sent_after <= acknowledged_after < total, (sent_after, acknowledged_after, total)
+    # The join was answered mid-stream: after the first 40 writes, with writes committed while it was in
+    # flight and 40 more still to come, so the replay held only what was there by then and the rest could
+    # only arrive live.
+    assert 41 <= sent_after < acknowledged_after < total, (sent_after, acknowledged_after, total)
     assert replayed == list(range(1, len(replayed) + 1))
     assert sent_after <= replayed[-1] <= acknowledged_after, (replayed[-1], sent_after, acknowledged_after)
     # Live events may repeat the tail of the replay (the client drops those), and must cover the rest.
