@@ -171,23 +171,36 @@ async def test_joining_while_events_are_written_misses_none_and_keeps_each_once(
     execution_id = await new_execution(worker_db, chat_settings)
     token = token_of(chat_settings, execution_id)
     watcher = await watcher_on(web, watchers, auth={"executionId": execution_id, "token": token})
-    halfway = asyncio.Event()
-    total = 1 + 150
+    written = [1]  # new_execution's own event
+    started, acknowledged = asyncio.Event(), asyncio.Event()
 
     async def write() -> None:
-        for n in range(150):
-            await append(worker_db, execution_id)
-            if n == 40:
-                halfway.set()
-            await asyncio.sleep(0)  # let the join interleave with the writes
+        # The writer and the join are coordinated, not timed: 40 events before the join is sent, events
+        # for as long as it is in flight, and 40 after its answer, so the join lands inside the stream.
+        while len(written) < 41 or not acknowledged.is_set():
+            written.extend(await append(worker_db, execution_id))
+            if len(written) == 41:
+                started.set()
+            await asyncio.sleep(0)  # let the join's messages through between commits
+        written.extend(await append(worker_db, execution_id, 40))
 
     writer = asyncio.create_task(write())
-    await halfway.wait()
+    await started.wait()
+    sent_after = written[-1]
     answer = await watcher.join(execution_id, token=token)
+    acknowledged_after = written[-1]
+    acknowledged.set()
     await writer
+    total = written[-1]
+    assert written == list(range(1, total + 1))
     await watcher.until_seen(execution_id, total)
     replayed = [m["seq"] for m in answer["events"]]
+    # The join was answered mid-stream: after the first 40 writes, with writes committed while it was in
+    # flight and 40 more still to come, so the replay held only what was there by then and the rest could
+    # only arrive live.
+    assert 41 <= sent_after < acknowledged_after < total, (sent_after, acknowledged_after, total)
     assert replayed == list(range(1, len(replayed) + 1))
+    assert sent_after <= replayed[-1] <= acknowledged_after, (replayed[-1], sent_after, acknowledged_after)
     # Live events may repeat the tail of the replay (the client drops those), and must cover the rest.
     live = [m["seq"] for m in watcher.live]
     assert live == sorted(set(live))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,9 +96,13 @@ class Sink:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.envelopes: list[Any] = []
+        # (time.monotonic() of the 250, envelope), one tuple per append so a reader in another thread never
+        # pairs a time with the wrong message: how far apart a message's copies came tells a resend's cause.
+        self.arrivals: list[tuple[float, Any]] = []
         self.arrived = asyncio.Event()
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        self.arrivals.append((time.monotonic(), envelope))
         self.envelopes.append(envelope)
         self.loop.call_soon_threadsafe(self.arrived.set)
         return "250 OK"

@@ -4,6 +4,7 @@ with the `standardwebhooks` library, as a caller's receiver would, and answers f
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     verified_with: list[int]  # indexes of the secrets whose signature verifies
+    at: float = field(default_factory=time.monotonic)  # when it came: how far apart repeats were
 
     @property
     def webhook_id(self) -> str:

@@ -51,5 +51,8 @@ async def test_rotation_needs_the_confirmation_and_the_token(site: Site) -> None
 
 
 async def test_signed_out_visitors_are_sent_to_sign_in(site: Site) -> None:
+    # 303 See Other (api/websession.py's login_required), back to the very page asked for after sign-in.
     page = await site.browser().get("/webhooks")
-    assert page.status in (302, 303) and page.location is not None and page.location.startswith("/signin")
+    assert (page.status, page.location) == (303, "/signin?next=%2Fwebhooks")
+    deeper = await site.browser().get("/webhooks/rotate")
+    assert (deeper.status, deeper.location) == (303, "/signin?next=%2Fwebhooks%2Frotate")
