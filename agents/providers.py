@@ -85,7 +85,8 @@ class ModelRegistry:
         # OpenAI's own API calls the output limit `max_completion_tokens`; the servers that speak its wire format
         # (Ollama, vLLM, llama.cpp, LM Studio) read `max_tokens`.
         host = urlsplit(profile.base_url).hostname if profile.base_url else "api.openai.com"
-        wire = None if host == "api.openai.com" else OpenAIModelProfile(openai_chat_supports_max_completion_tokens=False)
+        openai_itself = host == "api.openai.com"
+        wire = None if openai_itself else OpenAIModelProfile(openai_chat_supports_max_completion_tokens=False)
         return OpenAIChatModel(
             profile.model,
             provider=OpenAIProvider(openai_client=client),

@@ -101,7 +101,8 @@ async def test_a_known_model_without_profile_prices_is_priced_by_genai_prices(
     async with fake_llm(call("finish", summary="done"), call("finish", summary="done")) as llm:
         config = with_profiles(settings, ModelProfile("four", "openai", "gpt-4o", base_url=llm.base_url))
         config = config.with_changes(agent_base_url=llm.base_url)
-        expected = float(calc_price(Usage(input_tokens=100, output_tokens=20), "gpt-4o", provider_id="openai").total_price)
+        price = calc_price(Usage(input_tokens=100, output_tokens=20), "gpt-4o", provider_id="openai")
+        expected = float(price.total_price)
         assert expected > 0
         for name in ("four", "openai:gpt-4o"):
             exe = await new_execution(db, config, "Say done.", agent_model=name)

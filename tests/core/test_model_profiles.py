@@ -118,3 +118,14 @@ def test_profile_prices_give_a_cost_and_no_prices_give_none() -> None:
     assert ModelProfile("q", "openai", "m").cost_usd(10, 10) is None
     free = ModelProfile("f", "openai", "m", input_usd_per_mtok=0.0, output_usd_per_mtok=0.0)
     assert free.cost_usd(10, 10) == 0.0  # a price the operator gave, not a guess
+
+
+def test_the_readme_s_example_profiles_load(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    example = readme.split("### Model profiles", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    path = write(tmp_path / "models.toml", example)
+    profiles = load_settings(env_in(tmp_path, VOUCH_MODELS_FILE=str(path))).model_profiles
+    assert [p.name for p in profiles] == ["ollama", "vllm", "llamacpp", "lmstudio", "claude"]
+    assert {p.base_url for p in profiles if p.provider == "openai"} == {
+        "http://127.0.0.1:11434/v1", "http://127.0.0.1:8000/v1", "http://127.0.0.1:8080/v1", "http://127.0.0.1:1234/v1"
+    }
