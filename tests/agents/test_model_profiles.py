@@ -40,7 +40,7 @@ async def test_an_anthropic_profile_runs_a_task_with_its_key_settings_and_prices
         profile = ModelProfile(
             name="claude-local",
             provider="anthropic",
-            model="claude-scripted",
+            model="claude-3-5-haiku-latest",  # genai-prices knows it: the profile's prices must win
             base_url=llm.root,
             api_key_env=KEY_VARIABLE,
             temperature=0.3,
@@ -56,7 +56,7 @@ async def test_an_anthropic_profile_runs_a_task_with_its_key_settings_and_prices
         assert snap.execution.result == {"summary": "wrote a.md", "toolCalls": ["write_file"]}
         assert len(llm.requests) == 2
         for body, headers in zip(llm.requests, llm.headers, strict=True):
-            assert body["model"] == "claude-scripted"
+            assert body["model"] == "claude-3-5-haiku-latest"
             assert (body["temperature"], body["max_tokens"]) == (0.3, 512)
             # The SDK sends it as `x-api-key` or, in newer versions, as a bearer token.
             sent = (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
