@@ -26,6 +26,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from agents.model_names import ProviderFailed
 from agents.tools import TOOLS
+from core.model_profiles import ModelProfile
 from core.models import Checkpoint, Execution
 
 # Tools a model may call; `summarise` and `wait` serve the offline agent's vocabulary only.
@@ -147,18 +148,16 @@ def text_of(response: ModelResponse) -> str:
     return "".join(part.content for part in response.parts if isinstance(part, TextPart)).strip()
 
 
-def usage_of(response: ModelResponse) -> dict[str, Any]:
-    cost: float | None
-    try:
-        cost = float(response.cost().total_price)
-    except (LookupError, ValueError, AssertionError):
-        cost = None  # genai-prices does not know this model (local servers, new models)
-    return {
-        "model": response.model_name,
-        "inputTokens": response.usage.input_tokens,
-        "outputTokens": response.usage.output_tokens,
-        "costUsd": cost,
-    }
+def usage_of(response: ModelResponse, profile: ModelProfile | None = None) -> dict[str, Any]:
+    """Tokens and price of one response: at the profile's prices when it gives them, else genai-prices'."""
+    input_tokens, output_tokens = response.usage.input_tokens, response.usage.output_tokens
+    cost = profile.cost_usd(input_tokens, output_tokens) if profile is not None else None
+    if cost is None:
+        try:
+            cost = float(response.cost().total_price)
+        except (LookupError, ValueError, AssertionError):
+            cost = None  # genai-prices does not know this model (local servers, new models): unknown, not 0
+    return {"model": response.model_name, "inputTokens": input_tokens, "outputTokens": output_tokens, "costUsd": cost}
 
 
 def missing_arguments(tool: str, args: dict[str, Any]) -> list[str]:

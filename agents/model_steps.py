@@ -48,7 +48,7 @@ class ModelDriver:
         began = time.perf_counter()
         response = await llm.ask(self.model, llm.load(state["messages"]))
         elapsed = time.perf_counter() - began
-        usage = llm.usage_of(response)
+        usage = llm.usage_of(response, runner.settings.model_profile(state["model"]))
         calls = llm.calls_of(response)
         text = llm.text_of(response)
         async with runner.db.transaction() as session:

@@ -78,6 +78,9 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     from api.webhooks import blueprint as webhooks_blueprint
 
     app.register_blueprint(webhooks_blueprint)  # /api/eval/executions/<id>/webhook/redeliver
+    from api.model_choices import blueprint as model_choices_blueprint
+
+    app.register_blueprint(model_choices_blueprint)  # /api/eval/models
     from api.apidocs import blueprint as apidocs_blueprint
 
     app.register_blueprint(apidocs_blueprint)  # /api/openapi.json and /api/docs

@@ -168,6 +168,34 @@ class RedeliveryOut(_Out):
     webhookId: str = Field(description="The new message's id; it shows in the status record's `webhook.deliveries`.")
 
 
+class ModelProfileOut(_Out):
+    """One of the operator's model profiles: a name a task may give as `agentModel`."""
+
+    name: str = Field(description="The profile's name: give it as `agentModel`.")
+    provider: Literal["openai", "anthropic"] = Field(
+        description="The wire format it is reached by: `openai` (any OpenAI-compatible server) or `anthropic`."
+    )
+    model: str = Field(description="The provider's name for the model.")
+    temperature: float | None = Field(description="Sampling temperature sent with each request; null: the model's.")
+    maxTokens: int | None = Field(description="Output tokens one request may produce; null: the provider's default.")
+    inputUsdPerMtok: float | None = Field(
+        description="US dollars per million input tokens, which `metrics.costUsd` is computed from; null: the "
+        "public price list's, when it knows the model."
+    )
+    outputUsdPerMtok: float | None = Field(description="US dollars per million output tokens; null as above.")
+
+
+class ModelChoicesOut(_Out):
+    """The models a task may name in `agentModel`."""
+
+    default: str = Field(description="What a task without `agentModel` runs with (VOUCH_AGENT_MODEL).")
+    profiles: list[ModelProfileOut] = Field(description="The operator's model profiles, in the file's order.")
+    otherChoices: list[str] = Field(
+        description="The other accepted forms: `offline` (the deterministic agent) and `openai:<model>` / "
+        "`anthropic:<model>` (any model of that provider, with the service-wide settings)."
+    )
+
+
 class StatusRecordOut(_Out):
     """The status record of an execution (spec §4.2): status, checkpoints and metrics."""
 
@@ -251,5 +279,6 @@ RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     ExecutionListOut,
     DecisionAnswerOut,
     RedeliveryOut,
+    ModelChoicesOut,
     Problem,
 )

@@ -193,6 +193,22 @@ OPERATIONS: tuple[Operation, ...] = (
         parameters=("StatusFilter", "Limit", "Cursor"),
     ),
     Operation(
+        "get",
+        "/api/eval/models",
+        "listModels",
+        "Executions",
+        "List the models a task may choose",
+        "The names `agentModel` accepts on create: the operator's model profiles (provider, model, temperature, "
+        "output limit and prices, never a key or an address), `offline`, and `openai:<model>` / "
+        "`anthropic:<model>`; and `default`, the model of a task that names none. Any other name is a 422 on "
+        "create.",
+        "eval:read",
+        200,
+        "ModelChoicesOut",
+        "The choices.",
+        problems=_KEYED,
+    ),
+    Operation(
         "patch",
         "/api/eval/executions/{executionId}",
         "updateExecution",

@@ -19,6 +19,8 @@ _NON_BLANK = r"\S"  # the models strip whitespace before checking min_length=1
 _CONTROL = r"\u0000-\u001f\u007f-\u009f\u2028\u2029"
 _SINGLE_LINE = rf"^[^{_CONTROL}]*[^{_CONTROL}\s][^{_CONTROL}]*$"
 _HTTP_URL = rf"^https?://[^/?#{_CONTROL}][^{_CONTROL}]*$"
+# A profile name (core/model_profiles.py), `offline`, or `provider:model`; which profiles exist is the live list's.
+_MODEL_NAME = r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}|(openai|anthropic):.+)$"
 
 # What the pydantic models cannot say themselves, per schema and property (description, and rules the
 # validators apply in code). Every request property must have an entry: tests/api/test_openapi.py checks.
@@ -37,9 +39,13 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "`checkpointCount`, and a review before every call of a tool that acts on the world."
         },
         "agentModel": {
-            "description": "The agent's model for this task: `offline`, `openai:<model>` or `anthropic:<model>`; "
-            "null or absent for the service's default (VOUCH_AGENT_MODEL).",
-            "anyOf": [{"type": "string", "pattern": "^(offline|(openai|anthropic):.+)$"}, {"type": "null"}],
+            "description": "The agent's model for this task: one of the operator's model profiles by name, "
+            "`offline`, `openai:<model>` or `anthropic:<model>` (`GET /api/eval/models` lists them); null or absent "
+            "for the service's default (VOUCH_AGENT_MODEL). A name that is none of these is a 422.",
+            "anyOf": [
+                {"type": "string", "maxLength": 200, "pattern": _MODEL_NAME},
+                {"type": "null"},
+            ],
         },
         "testMode": {
             "description": "`with-verification`: pause at each checkpoint for the reviewer; "

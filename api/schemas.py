@@ -14,6 +14,7 @@ from pydantic import (
     StrictInt,
     StringConstraints,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -97,15 +98,21 @@ def _distinct_events(value: list[str] | None) -> list[str] | None:
 
 
 WebhookEvents = Annotated[list[WebhookEvent] | None, Field(max_length=2), AfterValidator(_distinct_events)]
-def _runnable_model(name: str | None) -> str | None:
+
+
+def _runnable_model(name: str | None, info: ValidationInfo) -> str | None:
     if name:
+        # The operator's profiles come with the request's validation context (parse_body's `context`); without
+        # them, only `offline` and `provider:model` are names.
+        context = info.context if isinstance(info.context, dict) else {}
         try:
-            check_model_name(name)
+            check_model_name(name, context.get(MODEL_PROFILES, ()))
         except ModelUnavailable as exc:
             raise ValueError(str(exc)) from None
     return name or None
 
 
+MODEL_PROFILES = "modelProfiles"
 AgentModelName = Annotated[str | None, StringConstraints(max_length=200), AfterValidator(_runnable_model)]
 REVIEWER_REQUIRED = "assignedReviewer is required when testMode is with-verification and there are checkpoints"
 
@@ -164,12 +171,15 @@ def _pointer(loc: tuple[int | str, ...]) -> str:
     return "/" + "/".join(str(part) for part in loc) if loc else ""
 
 
-def parse_body(model: type[M], payload: Any) -> M:
-    """Validate a JSON body into `model`, or raise a 422 naming every bad field."""
+def parse_body(model: type[M], payload: Any, context: dict[str, Any] | None = None) -> M:
+    """Validate a JSON body into `model`, or raise a 422 naming every bad field.
+
+    `context` carries what the rules need from the settings: `MODEL_PROFILES`, the profiles `agentModel` may name.
+    """
     if not isinstance(payload, dict):
         raise ApiError(400, "invalid_body", "the request body must be a JSON object")
     try:
-        return model.model_validate(payload)
+        return model.model_validate(payload, context=context)
     except ValidationError as exc:
         errors = []
         for error in exc.errors(include_url=False):

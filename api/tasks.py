@@ -14,7 +14,7 @@ from api.auth import Caller, current_caller, require_scope
 from api.concurrency import check_creates_serialised, no_free_slot, slot_free
 from api.idempotency import idempotent
 from api.problems import ApiError
-from api.schemas import CreateTaskIn, parse_body
+from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
 from api.services import db_session, services
 from api.status_cache import serve_status
 from core.bus import WAKE_CHANNEL
@@ -173,8 +173,8 @@ async def create_execution(
 @require_scope("eval:create")
 @idempotent
 async def create_task() -> tuple[dict[str, Any], int, dict[str, str]]:
-    task = parse_body(CreateTaskIn, await json_body())
     settings = services().settings
+    task = parse_body(CreateTaskIn, await json_body(), {MODEL_PROFILES: settings.model_profiles})
     execution = await create_execution(
         db_session(),
         current_caller(),

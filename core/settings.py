@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.allowlist import AllowEntry, parse_allowlist
+from core.model_profiles import ModelProfile, ProfileError, read_profiles
 
 
 class SettingsError(ValueError):
@@ -49,6 +50,8 @@ class Settings:
     # Issue 6: an OpenAI-compatible server's base URL for `openai:<model>` (Ollama, vLLM, llama.cpp, LiteLLM);
     # None: the provider's own variables (OPENAI_BASE_URL) or its public API.
     agent_base_url: str | None = None
+    # Issue 20.6: the operator's named models (VOUCH_MODELS_FILE), which a task may choose by name.
+    model_profiles: tuple[ModelProfile, ...] = ()
     # Per-execution budgets; exceeding one ends the run `failed` with the reason.
     agent_max_steps: int = 50
     agent_max_seconds: float = 1800.0
@@ -79,6 +82,9 @@ class Settings:
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    def model_profile(self, name: str) -> ModelProfile | None:
+        return next((profile for profile in self.model_profiles if profile.name == name), None)
 
     def with_changes(self, **changes: Any) -> Settings:
         return replace(self, **changes)
@@ -183,6 +189,19 @@ def _log_format(env: Mapping[str, str]) -> str:
     return raw
 
 
+def _model_profiles(env: Mapping[str, str], data_dir: Path) -> tuple[ModelProfile, ...]:
+    named = env.get("VOUCH_MODELS_FILE") or ""
+    path = Path(named).expanduser() if named else data_dir / "models.toml"
+    if not path.is_file():
+        if named:
+            raise SettingsError(f"VOUCH_MODELS_FILE: {path} does not exist")
+        return ()  # no profiles: tasks choose `offline` or `provider:model`
+    try:
+        return read_profiles(path)
+    except ProfileError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if env is None else env
     data_dir = Path(env.get("VOUCH_DATA_DIR") or "./var").resolve()
@@ -215,6 +234,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         inbound_smtp=env.get("VOUCH_INBOUND_SMTP") or None,
         review_link_hours=_number(env, "VOUCH_REVIEW_LINK_HOURS", 72.0, 0.01),
         agent_base_url=(env.get("VOUCH_AGENT_BASE_URL") or "").rstrip("/") or None,
+        model_profiles=_model_profiles(env, data_dir),
         agent_max_steps=int(_number(env, "VOUCH_AGENT_MAX_STEPS", 50, 1)),
         agent_max_seconds=_number(env, "VOUCH_AGENT_MAX_SECONDS", 1800.0, 1.0),
         agent_max_tokens=int(_number(env, "VOUCH_AGENT_MAX_TOKENS", 200_000, 1)),

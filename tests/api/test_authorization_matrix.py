@@ -95,6 +95,14 @@ ROUTES = [
         lambda s, t, h: s.client.get("/api/eval/executions", headers=h),
     ),
     Route(
+        "GET models",
+        ("GET", "/api/eval/models"),
+        "eval:read",
+        200,
+        queued,
+        lambda s, t, h: s.client.get("/api/eval/models", headers=h),
+    ),
+    Route(
         "PATCH execution",
         ("PATCH", "/api/eval/executions/<execution_id>"),
         "eval:manage",
@@ -167,7 +175,8 @@ async def make_keys(service: Service) -> Keys:
 
 # (case, headers for the route, expected status or None for the route's success, expected code)
 def cases(keys: Keys, route: Route) -> list[tuple[str, dict[str, str], int | None, str | None]]:
-    other_status = {"POST create-task-agent": 201, "GET executions": 200}.get(route.name, 404)
+    # Routes that name no execution answer another user's key as they answer the owner's.
+    other_status = {"POST create-task-agent": 201, "GET executions": 200, "GET models": 200}.get(route.name, 404)
     return [
         ("owner key", bearer(keys.owner.key), None, None),
         ("other user's key", bearer(keys.other.key), other_status, "not_found" if other_status == 404 else None),
@@ -214,6 +223,8 @@ async def test_authorization_matrix(api_only: Service, subtests: pytest.Subtests
                 elif route.name == "GET executions":
                     ids = {item["executionId"] for item in payload["items"]}
                     assert (target.execution_id in ids) == (case == "owner key")
+                elif route.name == "GET models":
+                    assert payload["otherChoices"][0] == "offline"
                 elif route.scope == "eval:manage" and case == "owner key":
                     assert after != before, "the allowed request did its work"
 

@@ -1,7 +1,11 @@
 """A local OpenAI-compatible chat completions server that plays a script, so the real client code runs.
 
 Each scripted turn is a function of the request body (the messages the agent sent) that returns what the
-"model" answers: tool calls, text, or an HTTP error. The server keeps every request it received.
+"model" answers: tool calls, text, or an HTTP error. The server keeps every request it received, and its
+headers (so a test can see which key the client sent).
+
+It speaks both wire formats: OpenAI's chat completions (POST /v1/chat/completions) and Anthropic's Messages
+API (POST /v1/messages, tool_use blocks, usage as input_tokens/output_tokens), each from the same script.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class FakeLLM:
     script: list[Turn]
     # Plays every turn once the script has run out (a model that decides from the conversation alone).
     then: Turn | None = None
+    headers: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def root(self) -> str:
@@ -70,15 +75,16 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
     server = FakeLLM("", [], [], then)
     server.add(*turns)
 
-    def next_answer(body: dict[str, Any]) -> Answer | None:
+    def next_answer(request: web.Request, body: dict[str, Any]) -> Answer | None:
         server.requests.append(body)
+        server.headers.append({name.lower(): value for name, value in request.headers.items()})
         if server.script:
             return server.script.pop(0)(body)
         return server.then(body) if server.then is not None else None
 
     async def completions(request: web.Request) -> web.Response:
         body = await request.json()
-        answer = next_answer(body)
+        answer = next_answer(request, body)
         if answer is None:
             return web.json_response({"error": {"message": "the script has no more turns"}}, status=500)
         if answer.status != 200:
@@ -112,7 +118,7 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
     async def messages(request: web.Request) -> web.Response:
         """Anthropic's Messages API, for the same script."""
         body = await request.json()
-        answer = next_answer(body)
+        answer = next_answer(request, body)
         if answer is None or answer.status != 200:
             status, error = (500, "the script has no more turns") if answer is None else (answer.status, answer.error)
             return web.json_response(
