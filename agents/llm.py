@@ -74,8 +74,12 @@ def instructions(execution: Execution, checkpoints: list[Checkpoint]) -> str:
     ]
     caller = [cp for cp in checkpoints if cp.origin == "caller"]
     if caller:
-        lines.append("Checkpoints: when you reach each stage, call request_review with that stage before going on.")
+        lines.append("Checkpoints, in order: when you reach each stage, call request_review with that stage.")
         lines += [f"- {cp.stage}: {cp.description} (the reviewer asks: {cp.verification_question})" for cp in caller]
+        lines.append(
+            "A call of send_email or http_request waits at the next unanswered checkpoint until the reviewer "
+            "approves that call; a rejected call does not run, and its result is the reviewer's comment."
+        )
     if execution.auto_detect_checkpoints and execution.test_mode == "with-verification":
         lines.append(
             "Every call of send_email or http_request waits for a human reviewer's approval before it runs. "

@@ -18,7 +18,14 @@ from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import llm, tool_calls
-from agents.gates import UNKNOWN_OUTCOME_STAGE, pending_caller_checkpoints, unknown_outcome_gate, unreviewed, verdict
+from agents.gates import (
+    UNKNOWN_OUTCOME_STAGE,
+    caller_gate,
+    pending_caller_checkpoints,
+    unknown_outcome_gate,
+    unreviewed,
+    verdict,
+)
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
 from core.events import append_events
@@ -91,9 +98,10 @@ class ModelDriver:
                     return await self._answered(session, state, _rejected_text(decided.comment, decided.by))
                 pending["approved"] = review["checkpointId"]
                 if pending["tool"] == "request_review":
+                    stage = (await session.get_one(Checkpoint, review["checkpointId"])).stage
                     who = "automatically" if decided.via == "auto" else f"by {decided.by}"
                     note = f": {decided.comment}" if decided.comment else ""
-                    return await self._answered(session, state, f"Approved {who}{note}")
+                    return await self._answered(session, state, f"Approved {who} at checkpoint {stage!r}{note}")
             name, args = pending["tool"], pending["args"]
             if name == "finish":
                 return await self._finish(session, state, pending)
@@ -106,6 +114,9 @@ class ModelDriver:
             state["nextStep"] = max(state["nextStep"], index + 1)
             call = await tool_calls.open_call(runner, session, index, name, args, pending["id"])
             action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
+            held = await self._caller_gate(session, call)
+            if held is not None:
+                return await self._pause(session, state, pending, held, action)
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 return await self._pause(session, state, pending, gate, action)
@@ -122,6 +133,15 @@ class ModelDriver:
         await tool_calls.run_call(runner, state, call, answered)
         return True
 
+    async def _caller_gate(self, session: AsyncSession, call: ToolCall) -> Checkpoint | None:
+        """The caller checkpoint this call waits at first, if it acts on the world. Enforced here, whatever the
+        model wrote or asked for: the model cannot reach a side effect past an unanswered checkpoint."""
+        tool = TOOLS[call.tool]
+        if not tool.acts_on_world or tool.argument_problem(call.args) is not None:
+            # A call that can only fail (its `record` says why) has nothing for a reviewer to approve.
+            return None
+        return await caller_gate(session, self.execution_id, call.id)
+
     def _refusal(self, pending: dict[str, Any]) -> str | None:
         name = pending["tool"]
         if name not in llm.MODEL_TOOLS:
@@ -137,9 +157,9 @@ class ModelDriver:
     async def _request_review(self, session: AsyncSession, state: dict[str, Any], pending: dict[str, Any]) -> bool:
         stage = str(pending["args"].get("stage", "")).strip()
         summary = str(pending["args"].get("summary", ""))
-        checkpoints = await pending_caller_checkpoints(session, self.execution_id)
-        chosen = next((cp for cp in checkpoints if cp.stage.casefold() == stage.casefold()), None)
-        chosen = chosen or next(iter(checkpoints), None)
+        # Always the earliest unanswered checkpoint, whichever stage the model names: it cannot skip or reorder
+        # one by asking for a later stage (the reviewer sees the stage it named in the action).
+        chosen = next(iter(await pending_caller_checkpoints(session, self.execution_id)), None)
         if chosen is None:
             return await self._answered(session, state, "No checkpoint is waiting for review; carry on.")
         action = {"tool": "request_review", "args": pending["args"], "instruction": summary or f"review {stage}"}
@@ -176,6 +196,9 @@ class ModelDriver:
             pending["review"] = {"checkpointId": checkpoint.id, "attempt": checkpoint.attempt}
             await self.runner.save(session, state)
             return True
+        if checkpoint.origin == "caller" and "toolCallId" not in action:
+            # Paused for `finish` or `request_review`: no tool call is waiting here (a rejected one may have been).
+            checkpoint.tool_call_id = None
         pending["review"] = {"checkpointId": checkpoint.id, "attempt": checkpoint.attempt}
         await self.runner.save(session, state)
         await self.runner.pause(session, checkpoint, action)
