@@ -27,7 +27,7 @@ MAIL = {"to": "boss@example.com", "subject": "Weekly report", "body": "All green
 
 
 def model_settings(settings: Settings, llm: FakeLLM, **changes: Any) -> Settings:
-    return settings.with_changes(agent_base_url=llm.base_url, agent_request_retries=2, **changes)
+    return settings.with_changes(**{"agent_base_url": llm.base_url, "agent_request_retries": 2, **changes})
 
 
 async def run(db: Database, settings: Settings) -> None:
