@@ -28,6 +28,7 @@ from agents.gates import (
 )
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
+from core.errors import ExecutionFailed, FailureCode
 from core.events import append_events
 from core.models import Checkpoint, ToolCall
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from agents.runner import ExecutionRunner
 
 RUNTIME_TOOLS = ("finish", "request_review")
+# An answer with nothing usable (empty, cut off) is sent back this many times in a row before the run fails.
+UNUSABLE_ANSWERS_ASKED_AGAIN = 2
 
 
 class ModelDriver:
@@ -53,16 +56,25 @@ class ModelDriver:
     async def _ask_model(self, state: dict[str, Any]) -> bool:
         runner = self.runner
         began = time.perf_counter()
-        response = await llm.ask(self.model, llm.load(state["messages"]))
+        response = await llm.ask(self.model, llm.load(state["messages"]), runner.settings.agent_request_retries)
         elapsed = time.perf_counter() - began
         usage = llm.usage_of(response)
         calls = llm.calls_of(response)
         text = llm.text_of(response)
+        refused = llm.refusal_of(response)
+        # Text alone is the model's final answer and it finishes with it, unless the text was cut off.
+        unusable = None if calls or refused else _unusable(text, llm.cut_off(response))
         async with runner.db.transaction() as session:
             await runner.fence(session)
-            state["messages"] = [*state["messages"], *llm.dump([response])]
-            if not calls:
-                # Text alone ends the model's turn: that is its answer, and it finishes with it.
+            if response.parts:
+                state["messages"] = [*state["messages"], *llm.dump([response])]
+            if unusable is None:
+                state["unusable"] = 0
+            else:
+                # Said why in a turn of its own; the next step asks again (each try counts against the budgets).
+                state["unusable"] = state.get("unusable", 0) + 1
+                state["messages"] = [*state["messages"], *llm.dump([llm.nudge(unusable)])]
+            if not calls and refused is None and unusable is None:
                 calls = [{"id": None, "tool": "finish", "args": {"summary": text}, "validArgs": True}]
             state["pending"] = calls
             state["returns"] = []
@@ -71,6 +83,12 @@ class ModelDriver:
             await append_events(session, self.execution_id, [request, *said])
             runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
             await runner.save(session, state)
+        # The request is on record (its tokens count); then the run ends, never `completed`.
+        if refused is not None:
+            raise ExecutionFailed(FailureCode.MODEL_REFUSED, f"the model declined: {refused}")
+        if state["unusable"] > UNUSABLE_ANSWERS_ASKED_AGAIN:
+            detail = f"the model answered {state['unusable']} times in a row with nothing usable ({unusable})"
+            raise ExecutionFailed(FailureCode.MODEL_REFUSED, detail)
         return True
 
     async def _answer_call(self, state: dict[str, Any]) -> bool:
@@ -221,6 +239,15 @@ class ModelDriver:
                 # The model's text-only answer was sent back for revision: say so in its own turn.
                 state["messages"] = [*state["messages"], *llm.dump([llm.nudge(content)])]
             state["returns"] = []
+
+
+def _unusable(text: str, cut_off: bool) -> str | None:
+    """What the model is told when its answer (no tool call) cannot be taken as its final answer; None when it can."""
+    if cut_off:
+        return "Your answer was cut off at the output limit. Call a tool, or call finish with a short summary."
+    if not text:
+        return "Your answer was empty. Call a tool, or call finish with a short summary when the task is done."
+    return None
 
 
 def _rejected_text(comment: str, by: str) -> str:

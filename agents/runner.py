@@ -51,8 +51,15 @@ class AgentUnavailable(Exception):
     """The execution asks for an agent model this service cannot run."""
 
 
-class BudgetExceeded(Exception):
-    """The execution used up one of its budgets (steps, agent time, tokens)."""
+class BudgetExceeded(ExecutionFailed):
+    """The execution used up one of its budgets (steps, agent time, tokens); the code names which."""
+
+
+_BUDGETS = (
+    ("steps", "steps", FailureCode.STEP_BUDGET_EXHAUSTED),
+    ("seconds", "seconds of agent time", FailureCode.TIME_BUDGET_EXHAUSTED),
+    ("tokens", "tokens", FailureCode.TOKEN_BUDGET_EXHAUSTED),
+)
 
 
 class ExecutionRunner:
@@ -203,9 +210,9 @@ class ExecutionRunner:
     def enforce_budget(self, state: dict[str, Any]) -> None:
         usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
         budget = state.setdefault("budget", self._budget())
-        for name, unit in (("steps", "steps"), ("seconds", "seconds of agent time"), ("tokens", "tokens")):
+        for name, unit, code in _BUDGETS:
             if usage[name] >= budget[name]:
-                raise BudgetExceeded(f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
+                raise BudgetExceeded(code, f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
 
     async def checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         rows = await session.scalars(
@@ -298,8 +305,6 @@ def failure_of(exc: Exception) -> dict[str, Any]:
     """The error object (core/errors.py) a failed execution is stored and served with."""
     if isinstance(exc, ExecutionFailed):
         return exc.as_json()
-    if isinstance(exc, BudgetExceeded):
-        return failure(FailureCode.BUDGET_EXCEEDED, str(exc))
     if isinstance(exc, AgentUnavailable | ModelUnavailable):
         return failure(FailureCode.MODEL_UNAVAILABLE, str(exc))
     if isinstance(exc, ProviderFailed):

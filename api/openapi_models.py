@@ -175,8 +175,10 @@ class ExecutionErrorOut(_Out):
 
     code: FailureCode = Field(
         description="Stable: `task_not_understood` (the rule-based agent cannot carry out `instructions`; nothing "
-        "was done), `budget_exceeded`, `step_budget_exhausted`, `model_unavailable`, `provider_failed`, "
-        "`tool_failed`, `internal_error`; `unclassified` for failures recorded before codes existed."
+        "was done), `step_budget_exhausted`, `time_budget_exhausted`, `token_budget_exhausted`, "
+        "`model_unavailable` (provider down after retries, or not configured), `provider_failed` (the provider "
+        "refused the request), `model_refused` (the model declined or answered nothing usable), `tool_failed`, "
+        "`internal_error`; `unclassified` for failures recorded before codes existed."
     )
     detail: str = Field(description="What happened, in one sentence for a human.")
     instructions: list[str] = Field(

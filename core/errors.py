@@ -15,14 +15,20 @@ from typing import Any
 class FailureCode(StrEnum):
     # The rule-based agent met an instruction it cannot carry out; nothing was done.
     TASK_NOT_UNDERSTOOD = "task_not_understood"
-    # One of the execution's budgets (steps, agent time, tokens) is used up.
-    BUDGET_EXCEEDED = "budget_exceeded"
-    # The model-driven agent used its steps without finishing.
+    # The agent used its steps without finishing.
     STEP_BUDGET_EXHAUSTED = "step_budget_exhausted"
-    # The agent model cannot be run here (unknown provider, missing key).
+    # The agent used its agent time without finishing.
+    TIME_BUDGET_EXHAUSTED = "time_budget_exhausted"
+    # The model-driven agent used its tokens without finishing.
+    TOKEN_BUDGET_EXHAUSTED = "token_budget_exhausted"
+    # The agent model cannot be reached or run: its provider is down, overloaded or rate limiting after the
+    # retries with backoff, or it cannot be run here (unknown provider, missing key).
     MODEL_UNAVAILABLE = "model_unavailable"
-    # The model provider did not answer (after the SDK's retries).
+    # The model provider refused the request (bad key, unknown model, a request it cannot take) or answered
+    # with something that is not a response; retrying would not help.
     PROVIDER_FAILED = "provider_failed"
+    # The model declined the task (a refusal, a content filter) or kept answering with nothing usable.
+    MODEL_REFUSED = "model_refused"
     # A tool call failed and the agent cannot go on without it.
     TOOL_FAILED = "tool_failed"
     # A fault on our side; the detail names the exception, never a stack.

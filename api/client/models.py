@@ -120,7 +120,7 @@ class Metrics(_Answer):
 
 
 class ExecutionError(_Answer):
-    """Why a run failed: `code` is stable (`task_not_understood`, `budget_exceeded`, `tool_failed`, …; the
+    """Why a run failed: `code` is stable (`task_not_understood`, `step_budget_exhausted`, `tool_failed`, …; the
     README lists them), `detail` is for a human; `task_not_understood` lists the `instructions` not understood."""
 
     code: str
