@@ -138,7 +138,9 @@ class ModelDriver:
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 return await self._pause(session, state, pending, gate, action)
-            if call.status == "started" and not TOOLS[name].repeatable(args) and "approved" not in pending:
+            # Started before, never recorded: a worker died mid-call. An approval let it run once, not twice; only
+            # an answer to the unknown outcome (this gate, approved) lets it run again.
+            if call.status == "started" and not TOOLS[name].repeatable(args):
                 unknown = await unknown_outcome_gate(session, self.execution_id, call.id, describe_call(name, args))
                 if unknown.status == "pending":
                     return await self._pause(session, state, pending, unknown, action)

@@ -8,13 +8,19 @@ The model is the real OpenAI client against a local scripted server (tests/suppo
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import sqlalchemy as sa
 from aiohttp import web
 
+from agents.claims import claim_next
+from agents.gates import UNKNOWN_OUTCOME_STAGE
+from agents.runner import ExecutionRunner
 from agents.tools import TOOLS
 from core.allowlist import parse_allowlist
 from core.db import Database
+from core.models import Execution, utcnow
 from core.settings import Settings
 from review import decide as review_decide
 from tests.agents.test_model_agent import MAIL, MAIL_TASK, model_settings, run
@@ -249,3 +255,55 @@ async def test_workspace_tools_are_not_held_by_a_caller_checkpoint(db: Database,
         [awaiting] = snap.payloads("checkpoint.awaiting_review")
         assert awaiting["nextAction"]["tool"] == "finish"
         assert len(llm.requests) == 2
+
+
+async def test_an_approved_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, settings: Settings) -> None:
+    """Approval lets the call run once: a worker that dies while it is in flight leaves its outcome unknown,
+    and the next worker asks a human instead of posting again on the strength of the old approval."""
+    arrived, released = asyncio.Event(), asyncio.Event()
+    hits: list[str] = []
+
+    async def hang(request: web.Request) -> web.Response:
+        hits.append(await request.text())
+        arrived.set()
+        await released.wait()
+        return web.Response(text="charged")
+
+    app = web.Application()
+    app.router.add_post("/charge", hang)
+    app_runner = web.AppRunner(app)
+    await app_runner.setup()
+    site = web.TCPSite(app_runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{app_runner.addresses[0][1]}/charge"
+    try:
+        async with fake_llm(call("http_request", method="POST", url=url, body="5"), call("finish", summary="x")) as llm:
+            config = model_settings(settings, llm, agent_http_allowlist=parse_allowlist("127.0.0.0/8"))
+            exe = await new_execution(
+                db,
+                config,
+                "Charge the customer.",
+                test_mode="with-verification",
+                agent_model="openai:scripted",
+                checkpoints=[SEND_IT],
+            )
+            await run(db, config)
+            [awaiting] = (await snapshot(db, exe)).payloads("checkpoint.awaiting_review")
+            async with db.transaction() as session:
+                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via="api")
+            got = await claim_next(db, "worker-1", 30)
+            assert got is not None
+            doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())
+            await asyncio.wait_for(arrived.wait(), 10)
+            doomed.cancel()  # the worker is gone mid-request; its lease is left to run out
+            await asyncio.gather(doomed, return_exceptions=True)
+            async with db.transaction() as session:
+                await session.execute(sa.update(Execution).where(Execution.id == exe).values(lease_until=utcnow()))
+            await run(db, config)
+            snap = await snapshot(db, exe)
+            assert len(hits) == 1
+            assert snap.execution.status == "awaiting_review"
+            assert snap.payloads("checkpoint.awaiting_review")[-1]["stage"] == UNKNOWN_OUTCOME_STAGE
+    finally:
+        released.set()
+        await app_runner.cleanup()
