@@ -133,3 +133,28 @@ async def pending_caller_checkpoints(session: AsyncSession, execution_id: str) -
         .order_by(Checkpoint.position)
     )
     return list(rows)
+
+
+async def caller_gate(session: AsyncSession, execution_id: str, tool_call_id: str) -> Checkpoint | None:
+    """The caller's checkpoint a call that acts on the world must pass before it runs: the one it already waits
+    at, else the earliest unanswered one, bound to this call (the reviewer approves exactly this call). None once
+    the call passed its checkpoint, or when every caller checkpoint is answered.
+
+    Each call passes one checkpoint, the next in order: the caller's stages guard successive side effects, so a
+    second mail meets the second checkpoint, and no call ever runs while an earlier stage is unanswered."""
+    bound = await session.scalar(
+        sa.select(Checkpoint).where(
+            Checkpoint.execution_id == execution_id,
+            Checkpoint.origin == "caller",
+            Checkpoint.tool_call_id == tool_call_id,
+        )
+    )
+    if bound is not None and bound.status in ("approved", "auto_approved"):
+        return None
+    if bound is not None and bound.status == "pending":
+        return bound
+    checkpoint = next(iter(await pending_caller_checkpoints(session, execution_id)), None)
+    if checkpoint is not None:
+        checkpoint.tool_call_id = tool_call_id
+        await session.flush()
+    return checkpoint

@@ -10,7 +10,16 @@ import json
 from typing import Any
 
 from pydantic_ai.direct import model_request
-from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior
+from pydantic_ai.exceptions import (
+    ContentFilterError,
+    ModelAPIError,
+    ModelConnectionError,
+    ModelHTTPError,
+    ModelRateLimitError,
+    ModelServerError,
+    ModelUnavailableError,
+    UnexpectedModelBehavior,
+)
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -24,8 +33,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
-from agents.model_names import ProviderFailed
 from agents.tools import TOOLS
+from core.errors import ExecutionFailed, FailureCode
 from core.model_profiles import ModelProfile
 from core.models import Checkpoint, Execution
 
@@ -75,8 +84,12 @@ def instructions(execution: Execution, checkpoints: list[Checkpoint]) -> str:
     ]
     caller = [cp for cp in checkpoints if cp.origin == "caller"]
     if caller:
-        lines.append("Checkpoints: when you reach each stage, call request_review with that stage before going on.")
+        lines.append("Checkpoints, in order: when you reach each stage, call request_review with that stage.")
         lines += [f"- {cp.stage}: {cp.description} (the reviewer asks: {cp.verification_question})" for cp in caller]
+        lines.append(
+            "A call of send_email or http_request waits at the next unanswered checkpoint until the reviewer "
+            "approves that call; a rejected call does not run, and its result is the reviewer's comment."
+        )
     if execution.auto_detect_checkpoints and execution.test_mode == "with-verification":
         lines.append(
             "Every call of send_email or http_request waits for a human reviewer's approval before it runs. "
@@ -112,17 +125,35 @@ def nudge(text: str) -> ModelRequest:
     return ModelRequest(parts=[UserPromptPart(text)])
 
 
-async def ask(model: Model, messages: list[ModelMessage]) -> ModelResponse:
+async def ask(model: Model, messages: list[ModelMessage], retries: int) -> ModelResponse:
+    """One request; a failure ends the run with its code (core/errors.py). `retries` is what the client was
+    built with (providers.py), named in the error."""
     try:
         return await model_request(
             model,
             messages,
             model_request_parameters=ModelRequestParameters(function_tools=tool_definitions(), allow_text_output=True),
         )
-    except ModelHTTPError as exc:
-        raise ProviderFailed(f"the model provider answered HTTP {exc.status_code}: {_short(exc.body)}") from exc
-    except (ModelAPIError, UnexpectedModelBehavior) as exc:
-        raise ProviderFailed(f"the model provider failed: {exc}") from exc
+    except ContentFilterError as exc:
+        detail = f"the provider's content filter stopped the answer: {exc}"
+        raise ExecutionFailed(FailureCode.MODEL_REFUSED, detail) from exc
+    except ModelAPIError as exc:
+        # The client already retried what waiting can cure (connection errors, timeouts, 408, 409, 429, 5xx), with
+        # backoff and honouring Retry-After, `agent_request_retries` times: what reaches here is final.
+        said = f"HTTP {exc.status_code}: {_short(exc.body)}" if isinstance(exc, ModelHTTPError) else str(exc)
+        if _transient(exc):
+            detail = f"the model provider is unavailable ({said}) after {retries} retries with backoff"
+            raise ExecutionFailed(FailureCode.MODEL_UNAVAILABLE, detail) from exc
+        raise ExecutionFailed(FailureCode.PROVIDER_FAILED, f"the model provider answered {said}") from exc
+    except UnexpectedModelBehavior as exc:
+        raise ExecutionFailed(FailureCode.PROVIDER_FAILED, f"the model provider's answer is unusable: {exc}") from exc
+
+
+def _transient(exc: ModelAPIError) -> bool:
+    if isinstance(exc, ModelRateLimitError | ModelUnavailableError | ModelServerError | ModelConnectionError):
+        return True
+    status = exc.status_code if isinstance(exc, ModelHTTPError) else None
+    return status is not None and (status >= 500 or status in (408, 409, 429))
 
 
 def _short(body: object) -> str:
@@ -142,6 +173,19 @@ def calls_of(response: ModelResponse) -> list[dict[str, Any]]:
                 args, valid = {"raw": str(part.args)}, False
             calls.append({"id": part.tool_call_id, "tool": part.tool_name, "args": args, "validArgs": valid})
     return calls
+
+
+def refusal_of(response: ModelResponse) -> str | None:
+    """Why the model declined to answer (a refusal, a content filter), or None when it did not."""
+    if response.finish_reason != "content_filter":
+        return None
+    said = (response.provider_details or {}).get("refusal")
+    return str(said) if said else "the provider's content filter stopped the answer"
+
+
+def cut_off(response: ModelResponse) -> bool:
+    """The answer stopped at the output limit: its text is not a whole answer."""
+    return response.finish_reason == "length"
 
 
 def text_of(response: ModelResponse) -> str:

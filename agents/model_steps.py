@@ -18,9 +18,17 @@ from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import llm, tool_calls
-from agents.gates import UNKNOWN_OUTCOME_STAGE, pending_caller_checkpoints, unknown_outcome_gate, unreviewed, verdict
+from agents.gates import (
+    UNKNOWN_OUTCOME_STAGE,
+    caller_gate,
+    pending_caller_checkpoints,
+    unknown_outcome_gate,
+    unreviewed,
+    verdict,
+)
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
+from core.errors import ExecutionFailed, FailureCode
 from core.events import append_events
 from core.models import Checkpoint, ToolCall
 
@@ -28,6 +36,8 @@ if TYPE_CHECKING:
     from agents.runner import ExecutionRunner
 
 RUNTIME_TOOLS = ("finish", "request_review")
+# An answer with nothing usable (empty, cut off) is sent back this many times in a row before the run fails.
+UNUSABLE_ANSWERS_ASKED_AGAIN = 2
 
 
 class ModelDriver:
@@ -46,16 +56,25 @@ class ModelDriver:
     async def _ask_model(self, state: dict[str, Any]) -> bool:
         runner = self.runner
         began = time.perf_counter()
-        response = await llm.ask(self.model, llm.load(state["messages"]))
+        response = await llm.ask(self.model, llm.load(state["messages"]), runner.settings.agent_request_retries)
         elapsed = time.perf_counter() - began
         usage = llm.usage_of(response, runner.settings.model_profile(state["model"]))
         calls = llm.calls_of(response)
         text = llm.text_of(response)
+        refused = llm.refusal_of(response)
+        # Text alone is the model's final answer and it finishes with it, unless the text was cut off.
+        unusable = None if calls or refused else _unusable(text, llm.cut_off(response))
         async with runner.db.transaction() as session:
             await runner.fence(session)
-            state["messages"] = [*state["messages"], *llm.dump([response])]
-            if not calls:
-                # Text alone ends the model's turn: that is its answer, and it finishes with it.
+            if response.parts:
+                state["messages"] = [*state["messages"], *llm.dump([response])]
+            if unusable is None:
+                state["unusable"] = 0
+            else:
+                # Said why in a turn of its own; the next step asks again (each try counts against the budgets).
+                state["unusable"] = state.get("unusable", 0) + 1
+                state["messages"] = [*state["messages"], *llm.dump([llm.nudge(unusable)])]
+            if not calls and refused is None and unusable is None:
                 calls = [{"id": None, "tool": "finish", "args": {"summary": text}, "validArgs": True}]
             state["pending"] = calls
             state["returns"] = []
@@ -64,6 +83,12 @@ class ModelDriver:
             await append_events(session, self.execution_id, [request, *said])
             runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
             await runner.save(session, state)
+        # The request is on record (its tokens count); then the run ends, never `completed`.
+        if refused is not None:
+            raise ExecutionFailed(FailureCode.MODEL_REFUSED, f"the model declined: {refused}")
+        if state["unusable"] > UNUSABLE_ANSWERS_ASKED_AGAIN:
+            detail = f"the model answered {state['unusable']} times in a row with nothing usable ({unusable})"
+            raise ExecutionFailed(FailureCode.MODEL_REFUSED, detail)
         return True
 
     async def _answer_call(self, state: dict[str, Any]) -> bool:
@@ -91,9 +116,10 @@ class ModelDriver:
                     return await self._answered(session, state, _rejected_text(decided.comment, decided.by))
                 pending["approved"] = review["checkpointId"]
                 if pending["tool"] == "request_review":
+                    stage = (await session.get_one(Checkpoint, review["checkpointId"])).stage
                     who = "automatically" if decided.via == "auto" else f"by {decided.by}"
                     note = f": {decided.comment}" if decided.comment else ""
-                    return await self._answered(session, state, f"Approved {who}{note}")
+                    return await self._answered(session, state, f"Approved {who} at checkpoint {stage!r}{note}")
             name, args = pending["tool"], pending["args"]
             if name == "finish":
                 return await self._finish(session, state, pending)
@@ -106,10 +132,15 @@ class ModelDriver:
             state["nextStep"] = max(state["nextStep"], index + 1)
             call = await tool_calls.open_call(runner, session, index, name, args, pending["id"])
             action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
+            held = await self._caller_gate(session, call)
+            if held is not None:
+                return await self._pause(session, state, pending, held, action)
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 return await self._pause(session, state, pending, gate, action)
-            if call.status == "started" and not TOOLS[name].repeatable(args) and "approved" not in pending:
+            # Started before, never recorded: a worker died mid-call. An approval let it run once, not twice; only
+            # an answer to the unknown outcome (this gate, approved) lets it run again.
+            if call.status == "started" and not TOOLS[name].repeatable(args):
                 unknown = await unknown_outcome_gate(session, self.execution_id, call.id, describe_call(name, args))
                 if unknown.status == "pending":
                     return await self._pause(session, state, pending, unknown, action)
@@ -121,6 +152,15 @@ class ModelDriver:
 
         await tool_calls.run_call(runner, state, call, answered)
         return True
+
+    async def _caller_gate(self, session: AsyncSession, call: ToolCall) -> Checkpoint | None:
+        """The caller checkpoint this call waits at first, if it acts on the world. Enforced here, whatever the
+        model wrote or asked for: the model cannot reach a side effect past an unanswered checkpoint."""
+        tool = TOOLS[call.tool]
+        if not tool.acts_on_world or tool.argument_problem(call.args) is not None:
+            # A call that can only fail (its `record` says why) has nothing for a reviewer to approve.
+            return None
+        return await caller_gate(session, self.execution_id, call.id)
 
     def _refusal(self, pending: dict[str, Any]) -> str | None:
         name = pending["tool"]
@@ -137,9 +177,9 @@ class ModelDriver:
     async def _request_review(self, session: AsyncSession, state: dict[str, Any], pending: dict[str, Any]) -> bool:
         stage = str(pending["args"].get("stage", "")).strip()
         summary = str(pending["args"].get("summary", ""))
-        checkpoints = await pending_caller_checkpoints(session, self.execution_id)
-        chosen = next((cp for cp in checkpoints if cp.stage.casefold() == stage.casefold()), None)
-        chosen = chosen or next(iter(checkpoints), None)
+        # Always the earliest unanswered checkpoint, whichever stage the model names: it cannot skip or reorder
+        # one by asking for a later stage (the reviewer sees the stage it named in the action).
+        chosen = next(iter(await pending_caller_checkpoints(session, self.execution_id)), None)
         if chosen is None:
             return await self._answered(session, state, "No checkpoint is waiting for review; carry on.")
         action = {"tool": "request_review", "args": pending["args"], "instruction": summary or f"review {stage}"}
@@ -176,6 +216,9 @@ class ModelDriver:
             pending["review"] = {"checkpointId": checkpoint.id, "attempt": checkpoint.attempt}
             await self.runner.save(session, state)
             return True
+        if checkpoint.origin == "caller" and "toolCallId" not in action:
+            # Paused for `finish` or `request_review`: no tool call is waiting here (a rejected one may have been).
+            checkpoint.tool_call_id = None
         pending["review"] = {"checkpointId": checkpoint.id, "attempt": checkpoint.attempt}
         await self.runner.save(session, state)
         await self.runner.pause(session, checkpoint, action)
@@ -198,6 +241,15 @@ class ModelDriver:
                 # The model's text-only answer was sent back for revision: say so in its own turn.
                 state["messages"] = [*state["messages"], *llm.dump([llm.nudge(content)])]
             state["returns"] = []
+
+
+def _unusable(text: str, cut_off: bool) -> str | None:
+    """What the model is told when its answer (no tool call) cannot be taken as its final answer; None when it can."""
+    if cut_off:
+        return "Your answer was cut off at the output limit. Call a tool, or call finish with a short summary."
+    if not text:
+        return "Your answer was empty. Call a tool, or call finish with a short summary when the task is done."
+    return None
 
 
 def _rejected_text(comment: str, by: str) -> str:

@@ -22,6 +22,7 @@ from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
 from agents.providers import ModelRegistry
 from core.db import Database
+from core.errors import ExecutionFailed, FailureCode, failure
 from core.events import append_event
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
@@ -50,8 +51,15 @@ class AgentUnavailable(Exception):
     """The execution asks for an agent model this service cannot run."""
 
 
-class BudgetExceeded(Exception):
-    """The execution used up one of its budgets (steps, agent time, tokens)."""
+class BudgetExceeded(ExecutionFailed):
+    """The execution used up one of its budgets (steps, agent time, tokens); the code names which."""
+
+
+_BUDGETS = (
+    ("steps", "steps", FailureCode.STEP_BUDGET_EXHAUSTED),
+    ("seconds", "seconds of agent time", FailureCode.TIME_BUDGET_EXHAUSTED),
+    ("tokens", "tokens", FailureCode.TOKEN_BUDGET_EXHAUSTED),
+)
 
 
 class ExecutionRunner:
@@ -90,6 +98,10 @@ class ExecutionRunner:
             await self._drive()
         except LeaseLost:
             log.info("execution %s: lease lost, leaving it", self.execution_id)
+        except ExecutionFailed as exc:
+            # An outcome the agent chose (a task it cannot do, a budget used up), not a fault: no stack.
+            log.info("execution %s failed: %s (%s)", self.execution_id, exc.code, exc.detail)
+            await self._fail(exc)
         except Exception as exc:
             log.exception("execution %s failed", self.execution_id)
             await self._fail(exc)
@@ -198,9 +210,9 @@ class ExecutionRunner:
     def enforce_budget(self, state: dict[str, Any]) -> None:
         usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
         budget = state.setdefault("budget", self._budget())
-        for name, unit in (("steps", "steps"), ("seconds", "seconds of agent time"), ("tokens", "tokens")):
+        for name, unit, code in _BUDGETS:
             if usage[name] >= budget[name]:
-                raise BudgetExceeded(f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
+                raise BudgetExceeded(code, f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
 
     async def checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         rows = await session.scalars(
@@ -265,10 +277,8 @@ class ExecutionRunner:
         await append_event(session, self.execution_id, "execution.completed", {"status": "completed", "result": result})
 
     async def _fail(self, exc: Exception) -> None:
-        if isinstance(exc, AgentUnavailable | BudgetExceeded | ProviderFailed):
-            message = str(exc)
-        else:
-            message = f"{type(exc).__name__}: {exc}"
+        error = failure_of(exc)
+        message = error["detail"]
         try:
             async with self.db.transaction() as session:
                 await self.fence(session)
@@ -279,12 +289,24 @@ class ExecutionRunner:
                         status="failed",
                         completed_at=utcnow(),
                         error=message,
+                        error_info=error,
                         worker_id=None,
                         lease_until=None,
                     )
                 )
                 await append_event(
-                    session, self.execution_id, "execution.failed", {"status": "failed", "error": message}
+                    session, self.execution_id, "execution.failed", {"status": "failed", "error": error}
                 )
         except LeaseLost:
             pass
+
+
+def failure_of(exc: Exception) -> dict[str, Any]:
+    """The error object (core/errors.py) a failed execution is stored and served with."""
+    if isinstance(exc, ExecutionFailed):
+        return exc.as_json()
+    if isinstance(exc, AgentUnavailable | ModelUnavailable):
+        return failure(FailureCode.MODEL_UNAVAILABLE, str(exc))
+    if isinstance(exc, ProviderFailed):
+        return failure(FailureCode.PROVIDER_FAILED, str(exc))
+    return failure(FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

@@ -101,7 +101,9 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         # It can only fail (its `record` says why): nothing for a reviewer to approve.
         return None
     bound = await session.scalar(
-        sa.select(Checkpoint).where(Checkpoint.tool_call_id == call.id, Checkpoint.stage == effect.stage)
+        sa.select(Checkpoint).where(
+            Checkpoint.tool_call_id == call.id, Checkpoint.origin == "auto", Checkpoint.stage == effect.stage
+        )
     )
     if bound is not None and bound.status in ("approved", "auto_approved"):
         return None

@@ -27,7 +27,7 @@ MAIL = {"to": "boss@example.com", "subject": "Weekly report", "body": "All green
 
 
 def model_settings(settings: Settings, llm: FakeLLM, **changes: Any) -> Settings:
-    return settings.with_changes(agent_base_url=llm.base_url, agent_request_retries=2, **changes)
+    return settings.with_changes(**{"agent_base_url": llm.base_url, "agent_request_retries": 2, **changes})
 
 
 async def run(db: Database, settings: Settings) -> None:
@@ -156,7 +156,7 @@ async def test_a_caller_checkpoint_the_model_never_asks_for_is_reviewed_before_c
         assert [f.path for f in snap.files] == ["a.md"]
 
 
-async def test_request_review_pauses_at_the_named_stage_and_the_answer_says_who_approved(
+async def test_request_review_pauses_at_the_earliest_unanswered_stage_and_the_answer_says_who_approved(
     db: Database, settings: Settings
 ) -> None:
     checkpoints = [
@@ -178,16 +178,18 @@ async def test_request_review_pauses_at_the_named_stage_and_the_answer_says_who_
         )
         await run(db, config)
         snap = await snapshot(db, exe)
+        # The model named "draft", but "Outline" comes first and is unanswered: it cannot be skipped.
         [awaiting] = snap.payloads("checkpoint.awaiting_review")
-        assert awaiting["stage"] == "Draft"
+        assert awaiting["stage"] == "Outline"
+        assert awaiting["nextAction"]["args"] == {"stage": "draft", "summary": "draft written"}
         async with db.transaction() as session:
-            await decide(session, snap.checkpoints[1].id, "approve", by=REVIEWER, via="web", comment="nice")
+            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via="web", comment="nice")
         await run(db, config)
-        # finish: the Outline checkpoint was never asked for, so it is reviewed before completion.
+        # finish: the Draft checkpoint is still unanswered, so it is reviewed before completion.
         snap = await snapshot(db, exe)
         assert snap.execution.status == "awaiting_review"
-        assert snap.payloads("checkpoint.awaiting_review")[-1]["stage"] == "Outline"
-        assert last_tool_result(llm.requests[1]) == f"Approved by {REVIEWER}: nice"
+        assert snap.payloads("checkpoint.awaiting_review")[-1]["stage"] == "Draft"
+        assert last_tool_result(llm.requests[1]) == f"Approved by {REVIEWER} at checkpoint 'Outline': nice"
 
 
 async def test_without_verification_every_checkpoint_is_auto_approved_and_nothing_pauses(
@@ -231,7 +233,7 @@ async def test_rate_limited_requests_are_retried_and_a_bad_key_fails_clearly(db:
         assert snap.execution.status == "failed"
         assert snap.execution.error is not None
         assert "HTTP 401" in snap.execution.error and "Incorrect API key" in snap.execution.error
-        assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error}]
+        assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error_info}]
         assert len(llm.requests) == 1  # a bad key is not retried
 
 

@@ -579,7 +579,7 @@ async def test_an_agent_model_that_cannot_run_fails_clearly(
     assert snap.execution.completed_at is not None
     assert snap.execution.worker_id is None and snap.execution.lease_until is None
     assert snap.types == ["execution.created", "execution.started", "execution.failed"]
-    assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error}]
+    assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error_info}]
     assert snap.calls == []
     assert_contiguous(snap)
 

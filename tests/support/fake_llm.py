@@ -30,6 +30,9 @@ class Answer:
     error: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     usage: tuple[int, int] = (100, 20)
+    # OpenAI's `refusal` (the model declined), and a finish reason other than the usual one ("length": cut off).
+    refusal: str | None = None
+    finish_reason: str | None = None
 
 
 def call(tool: str, **args: Any) -> Answer:
@@ -91,7 +94,7 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
             return web.json_response(
                 {"error": {"message": answer.error, "type": "scripted"}}, status=answer.status, headers=answer.headers
             )
-        message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+        message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": answer.refusal}
         if answer.tool_calls:
             message["tool_calls"] = [
                 {"id": f"call_{next(ids)}", "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
@@ -105,7 +108,11 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
                 "created": 1,
                 "model": body.get("model", "scripted"),
                 "choices": [
-                    {"index": 0, "message": message, "finish_reason": "tool_calls" if answer.tool_calls else "stop"}
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": answer.finish_reason or ("tool_calls" if answer.tool_calls else "stop"),
+                    }
                 ],
                 "usage": {
                     "prompt_tokens": prompt,
