@@ -22,6 +22,7 @@ from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
 from agents.providers import ModelRegistry
 from core.db import Database
+from core.errors import ExecutionFailed, FailureCode, failure
 from core.events import append_event
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
@@ -90,6 +91,10 @@ class ExecutionRunner:
             await self._drive()
         except LeaseLost:
             log.info("execution %s: lease lost, leaving it", self.execution_id)
+        except ExecutionFailed as exc:
+            # An outcome the agent chose (a task it cannot do, a budget used up), not a fault: no stack.
+            log.info("execution %s failed: %s (%s)", self.execution_id, exc.code, exc.detail)
+            await self._fail(exc)
         except Exception as exc:
             log.exception("execution %s failed", self.execution_id)
             await self._fail(exc)
@@ -265,10 +270,8 @@ class ExecutionRunner:
         await append_event(session, self.execution_id, "execution.completed", {"status": "completed", "result": result})
 
     async def _fail(self, exc: Exception) -> None:
-        if isinstance(exc, AgentUnavailable | BudgetExceeded | ProviderFailed):
-            message = str(exc)
-        else:
-            message = f"{type(exc).__name__}: {exc}"
+        error = failure_of(exc)
+        message = error["detail"]
         try:
             async with self.db.transaction() as session:
                 await self.fence(session)
@@ -279,12 +282,26 @@ class ExecutionRunner:
                         status="failed",
                         completed_at=utcnow(),
                         error=message,
+                        error_info=error,
                         worker_id=None,
                         lease_until=None,
                     )
                 )
                 await append_event(
-                    session, self.execution_id, "execution.failed", {"status": "failed", "error": message}
+                    session, self.execution_id, "execution.failed", {"status": "failed", "error": error}
                 )
         except LeaseLost:
             pass
+
+
+def failure_of(exc: Exception) -> dict[str, Any]:
+    """The error object (core/errors.py) a failed execution is stored and served with."""
+    if isinstance(exc, ExecutionFailed):
+        return exc.as_json()
+    if isinstance(exc, BudgetExceeded):
+        return failure(FailureCode.BUDGET_EXCEEDED, str(exc))
+    if isinstance(exc, AgentUnavailable | ModelUnavailable):
+        return failure(FailureCode.MODEL_UNAVAILABLE, str(exc))
+    if isinstance(exc, ProviderFailed):
+        return failure(FailureCode.PROVIDER_FAILED, str(exc))
+    return failure(FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")

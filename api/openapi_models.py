@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.errors import FailureCode
+
 # Repeated as literals so that the schema lists them; tests/api/test_openapi.py keeps them in step with the code.
 ExecutionStatus = Literal["queued", "running", "awaiting_review", "completed", "failed", "rejected", "cancelled"]
 CheckpointStatus = Literal["pending", "awaiting_review", "approved", "rejected", "auto_approved"]
@@ -168,6 +170,32 @@ class RedeliveryOut(_Out):
     webhookId: str = Field(description="The new message's id; it shows in the status record's `webhook.deliveries`.")
 
 
+class ExecutionErrorOut(_Out):
+    """Why an execution failed: a stable `code`, a sentence, and the code's own fields."""
+
+    code: FailureCode = Field(
+        description="Stable: `task_not_understood` (the rule-based agent cannot carry out `instructions`; nothing "
+        "was done), `budget_exceeded`, `step_budget_exhausted`, `model_unavailable`, `provider_failed`, "
+        "`tool_failed`, `internal_error`; `unclassified` for failures recorded before codes existed."
+    )
+    detail: str = Field(description="What happened, in one sentence for a human.")
+    instructions: list[str] = Field(
+        default=[],
+        description="`task_not_understood` only (absent otherwise): the task's instructions the agent cannot carry "
+        "out, as written.",
+    )
+
+
+class AgentOut(_Out):
+    """The agent that runs the execution, named for what it is."""
+
+    model: str = Field(description="`agentModel`: `offline`, or the model it asks (`openai:<model>`, …).")
+    kind: Literal["rule-based", "model"] = Field(
+        description="`rule-based`: the built-in offline agent, which follows a fixed vocabulary and fails a task "
+        "it does not understand; `model`: a language model chooses the steps."
+    )
+
+
 class StatusRecordOut(_Out):
     """The status record of an execution (spec §4.2): status, checkpoints and metrics."""
 
@@ -178,6 +206,7 @@ class StatusRecordOut(_Out):
     testMode: Mode
     assignedReviewer: Reviewer
     agentModel: str = Field(description="The agent's model: `offline`, `openai:<model>` or `anthropic:<model>`.")
+    agent: AgentOut = Field(description="The agent: its model and whether it is rule-based or model-driven.")
     autoDetectCheckpoints: bool = Field(description="Whether the service adds and enforces checkpoints itself.")
     chatUrl: ChatUrl
     createdAt: CreatedAt
@@ -186,7 +215,7 @@ class StatusRecordOut(_Out):
     checkpointCount: CheckpointCount
     checkpoints: list[CheckpointOut] = Field(description="Its checkpoints, in the order the agent passes them.")
     result: dict[str, Any] | None = Field(description="The agent's result once completed: `summary`, `steps`, ….")
-    error: str | None = Field(description="Why it failed, when it failed.")
+    error: ExecutionErrorOut | None = Field(description="Why it failed, when it failed; null otherwise.")
     metrics: MetricsOut = Field(description="Performance metrics, so far.")
     webhook: WebhookLogOut = Field(description="The webhook URL and each delivery with its attempts.")
 

@@ -6,6 +6,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.model_names import OFFLINE
+from core.errors import error_object
 from core.events import isoformat
 from core.metrics import RunFacts, load_facts, metrics_of
 from core.models import Checkpoint, Decision, Execution
@@ -41,6 +43,7 @@ async def record_and_facts(session: AsyncSession, execution: Execution) -> tuple
         "testMode": execution.test_mode,
         "assignedReviewer": execution.assigned_reviewer,
         "agentModel": execution.agent_model,
+        "agent": agent_of(execution.agent_model),
         "autoDetectCheckpoints": execution.auto_detect_checkpoints,
         "chatUrl": None,
         "createdAt": isoformat(execution.created_at),
@@ -65,8 +68,13 @@ async def record_and_facts(session: AsyncSession, execution: Execution) -> tuple
             for cp, decision in checkpoints
         ],
         "result": execution.result,
-        "error": execution.error,
+        "error": error_object(execution.error_info, execution.error),
         "metrics": None,
         "webhook": await webhook_record(session, execution),
     }
     return record, facts
+
+
+def agent_of(model: str) -> dict[str, str]:
+    """The agent named for what it is: the built-in offline agent follows rules, any other asks a model."""
+    return {"model": model, "kind": "rule-based" if model == OFFLINE else "model"}

@@ -111,7 +111,9 @@ def outcome(status: str, payload: dict[str, Any]) -> dict[str, Any]:
         skipped = result.get("unrecognised") or []
         detail = ("Skipped, not understood: " + "; ".join(map(str, skipped))) if skipped else ""
     elif status == "failed":
-        detail = str(payload.get("error") or "")
+        error = payload.get("error")
+        # {code, detail, ...} since failures have codes; a plain string in events recorded before.
+        detail = str(error.get("detail") or error.get("code") or "") if isinstance(error, dict) else str(error or "")
     elif status == "rejected":
         detail = f"Rejected by {payload.get('by', 'the reviewer')}; the agent did nothing after that checkpoint."
     else:

@@ -104,6 +104,8 @@ class Execution(Base):
     completed_at: Mapped[datetime | None] = mapped_column()
     result: Mapped[dict[str, Any] | None] = mapped_column()
     error: Mapped[str | None] = mapped_column(sa.Text)
+    # The same failure as {code, detail, ...} (core/errors.py); null on rows failed before codes existed.
+    error_info: Mapped[dict[str, Any] | None] = mapped_column()
     # Highest event seq handed out; incremented in the same transaction as the event row.
     last_seq: Mapped[int] = mapped_column(default=0)
     worker_id: Mapped[str | None] = mapped_column(sa.String(100))

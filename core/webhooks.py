@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import CACHE_CHANNEL
 from core.db import publish_after_commit
+from core.errors import error_object
 from core.ids import new_id
 from core.metrics import execution_metrics
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
@@ -72,7 +73,7 @@ def _completion_payload(row: sa.Row[Any], metrics: dict[str, Any]) -> dict[str, 
             "status": row.status,
             "completedAt": _iso(row.completed_at),
             "summary": result.get("summary"),
-            "error": row.error,
+            "error": error_object(row.error_info, row.error),
             "metrics": metrics,
             # A path here; the sender prefixes VOUCH_BASE_URL (the worker knows it, this transaction need not).
             "statusUrl": STATUS_PATH.format(execution_id=row.id),
@@ -95,6 +96,7 @@ _FACTS = (
     Execution.completed_at,
     Execution.result,
     Execution.error,
+    Execution.error_info,
     Execution.webhook_url,
     Execution.webhook_events,
 )

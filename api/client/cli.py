@@ -210,8 +210,11 @@ def _status_lines(status: StatusRecord) -> list[str]:
     for cp in status.checkpoints:
         decided = f" — {cp.decision.decision} by {cp.decision.by} via {cp.decision.via}" if cp.decision else ""
         lines.append(f"  checkpoint {cp.checkpointId} {cp.stage}: {cp.status}{decided}")
+    if status.agent is not None:
+        lines.insert(1, f"  agent: {status.agent.model} ({status.agent.kind})")
     if status.error:
         lines.append(f"  error: {status.error}")
+        lines.extend(f"    not understood: {instruction}" for instruction in status.error.instructions)
     if status.result and status.result.get("summary"):
         lines.append(f"  result: {status.result['summary']}")
     return lines

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
 OUTCOME_EVENTS = {
@@ -119,6 +119,31 @@ class Metrics(_Answer):
     toolCalls: int = 0
 
 
+class ExecutionError(_Answer):
+    """Why a run failed: `code` is stable (`task_not_understood`, `budget_exceeded`, `tool_failed`, …; the
+    README lists them), `detail` is for a human; `task_not_understood` lists the `instructions` not understood."""
+
+    code: str
+    detail: str = ""
+    instructions: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        # A server from before error codes answers a plain string.
+        return {"code": "unclassified", "detail": value} if isinstance(value, str) else value
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.detail}"
+
+
+class Agent(_Answer):
+    """The agent running the task: `kind` is `rule-based` (the offline agent) or `model`."""
+
+    model: str
+    kind: str
+
+
 class StatusRecord(_Answer):
     """GET /api/eval/status/<id>: where an execution stands, its checkpoints and metrics."""
 
@@ -128,6 +153,8 @@ class StatusRecord(_Answer):
     status: str
     testMode: str
     assignedReviewer: str | None = None
+    agentModel: str | None = None
+    agent: Agent | None = None
     chatUrl: str
     createdAt: datetime
     startedAt: datetime | None = None
@@ -135,7 +162,7 @@ class StatusRecord(_Answer):
     checkpointCount: int = 0
     checkpoints: list[CheckpointState] = Field(default_factory=list)
     result: dict[str, Any] | None = None
-    error: str | None = None
+    error: ExecutionError | None = None
     metrics: Metrics = Field(default_factory=Metrics)
 
     @property

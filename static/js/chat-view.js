@@ -215,7 +215,9 @@ export function createView(root, needState) {
     if (status === "completed" && (result.unrecognised || []).length) {
       detail = `Skipped, not understood: ${result.unrecognised.join("; ")}`;
     } else if (status === "failed") {
-      detail = payload.error || "";
+      // {code, detail, ...} since failures have codes; a plain string in events recorded before.
+      const error = payload.error;
+      detail = error && typeof error === "object" ? String(error.detail || error.code || "") : String(error || "");
     } else if (status === "rejected") {
       detail = `Rejected by ${payload.by || "the reviewer"}; the agent did nothing after that checkpoint.`;
     } else if (status === "cancelled" && payload.by) {

@@ -96,7 +96,8 @@ async def test_a_cancel_and_a_worker_event_show_in_the_next_read(api_only: Servi
     assert (await get_status(api_only, owner.key, execution_id))["status"] == "running"
     await finish(api_only.db, execution_id, "failed", error="boom")  # the runner's transaction and event
     record = await get_status(api_only, owner.key, execution_id)
-    assert (record["status"], record["error"]) == ("failed", "boom")
+    # A row with only the text (as failed before error codes) is served with the code `unclassified`.
+    assert (record["status"], record["error"]) == ("failed", {"code": "unclassified", "detail": "boom"})
 
     other, _ = await insert_execution(api_only.db, owner, status="queued")
     assert (await get_status(api_only, owner.key, other))["status"] == "queued"

@@ -27,6 +27,7 @@ RECORD_KEYS = {
     "testMode",
     "assignedReviewer",
     "agentModel",
+    "agent",
     "autoDetectCheckpoints",
     "chatUrl",
     "createdAt",
@@ -95,6 +96,8 @@ async def test_queued_record_without_a_worker(api_only: Service) -> None:
     assert record["status"] == "queued"
     assert record["testMode"] == "with-verification"
     assert record["assignedReviewer"] == REVIEWER
+    assert record["agentModel"] == "offline"
+    assert record["agent"] == {"model": "offline", "kind": "rule-based"}
     assert record["chatUrl"] == created["chatUrl"]
     parse_time(record["createdAt"])
     assert record["startedAt"] is None
