@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.offline_plan import CheckpointSpec, Plan, place_checkpoints, plan_task
-from agents.tools import describe_result
+from agents.tools import TOOLS, describe_result
 from core.errors import ExecutionFailed, FailureCode
 from core.models import Checkpoint
 
@@ -43,7 +43,9 @@ def initial_state(description: str, checkpoints: list[Checkpoint]) -> dict[str, 
 
 def not_understood(description: str, plan: Plan) -> None:
     """Refuse the whole task if any instruction in it is one the agent cannot carry out (or there is none)."""
-    missed = list(plan.unrecognised) or ([] if plan.steps else [description.strip()])
+    # A step whose arguments could never work (a subject with a line break) is one it cannot carry out, too.
+    unusable = [step.instruction for step in plan.steps if TOOLS[step.tool].argument_problem(step.args) is not None]
+    missed = list(dict.fromkeys([*plan.unrecognised, *unusable])) or ([] if plan.steps else [description.strip()])
     if not missed:
         return
     total = len(dict.fromkeys(step.instruction for step in plan.steps)) + len(plan.unrecognised)

@@ -266,13 +266,14 @@ async def test_a_hostile_task_name_and_text_render_as_text(
     created = await create_task(scaled_web, account.key, taskName=XSS, taskDescription=hostile)
     page = await open_chat(await browser.new_context(), created["chatUrl"])
     async with worker_running(web_settings):
-        await page.wait_for_selector(".outcome-card.status-completed")
+        # It does not understand "do <script>…": the whole task fails, quoting the instruction.
+        await page.wait_for_selector(".outcome-card.status-failed")
     for attempt in ("live", "reloaded"):
         assert await page.text_content("#task-name") == XSS, attempt
         assert await page.locator("img").count() == 0, attempt
         assert await page.evaluate("document.scripts.length") == 2, attempt  # socket.io.min.js and chat.js
-        plan = await page.locator(".item.message").first.inner_text()
-        assert "<script>alert(2)</script>" in plan, attempt  # the agent quotes what it did not understand
+        detail = await page.locator(".outcome-card .outcome-detail").first.inner_text()
+        assert "<script>alert(2)</script>" in detail, attempt  # the agent quotes what it did not understand
         await page.reload()
         await page.wait_for_selector("#chat[data-joined=true]", state="attached")
     assert page.errors == []  # type: ignore[attr-defined]

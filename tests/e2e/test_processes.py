@@ -15,7 +15,7 @@ from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, running_worker, vouch_env, wait_until_healthy
 from tests.support.waiting import until
 
-TASK = 'Write a note saying "hi". Then send an email to x@example.com with subject "Hello". Then summarise.'
+TASK = 'Write a note saying "hi". Then send an email to x@example.com with subject "Hello" saying "hi". Then summarise.'
 
 
 async def _run_to_completion(base: str, key: str) -> dict[str, Any]:
