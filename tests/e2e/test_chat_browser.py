@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -176,6 +177,9 @@ async def test_approving_from_the_card_lets_the_run_continue(
     card = page.locator(".checkpoint")
     assert "Send it to ops?" in (await card.inner_text())
     assert "send_email" in (await card.inner_text())  # what the agent will do next
+    # The step the checkpoint is bound to, by its number in the plan.
+    guards = await card.locator(".cp-guards").inner_text()
+    assert re.fullmatch(r"(?i:guards)\s+step 2, send_email: send an email to ops@example\.com .*", guards), guards
     assert await page.text_content("#status-text") == f"Waiting for review by {REVIEWER}"
     await form.locator("textarea").fill("Ship it")
     await form.locator("button[value=approve]").click()
