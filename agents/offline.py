@@ -9,15 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.offline_plan import CheckpointSpec, place_checkpoints, plan_task
-from agents.tools import describe_result
+from agents.offline_plan import CheckpointSpec, Plan, place_checkpoints, plan_task
+from agents.tools import TOOLS, describe_result
+from core.errors import ExecutionFailed, FailureCode
 from core.models import Checkpoint
 
 MODEL_NAME = "offline"
+KIND = "rule-based"
+VOCABULARY = (
+    'send an e-mail to ADDRESS saying "TEXT"; write a note called NAME saying "TEXT"; summarise the work; '
+    "wait N seconds"
+)
 
 
 def initial_state(description: str, checkpoints: list[Checkpoint]) -> dict[str, Any]:
+    """The plan and where each caller checkpoint goes; `ExecutionFailed` (task_not_understood) before any
+    step when the task holds an instruction the agent cannot carry out: half a task done is worse than none."""
     plan = plan_task(description)
+    not_understood(description, plan)
     gates = place_checkpoints(
         plan.steps,
         [CheckpointSpec(cp.stage, cp.description, cp.verification_question) for cp in checkpoints],
@@ -32,15 +41,38 @@ def initial_state(description: str, checkpoints: list[Checkpoint]) -> dict[str, 
     }
 
 
+def not_understood(description: str, plan: Plan) -> None:
+    """Refuse the whole task if any instruction in it is one the agent cannot carry out (or there is none)."""
+    # A step whose arguments could never work (a subject with a line break) is one it cannot carry out, too.
+    unusable = [step.instruction for step in plan.steps if TOOLS[step.tool].argument_problem(step.args) is not None]
+    missed = list(dict.fromkeys([*plan.unrecognised, *unusable])) or ([] if plan.steps else [description.strip()])
+    if not missed:
+        return
+    total = len(dict.fromkeys(step.instruction for step in plan.steps)) + len(plan.unrecognised)
+    quoted = "; ".join(repr(m) for m in missed)
+    counted = f"{len(missed)} of the task's {total} instructions" if total > 1 else "the task's instruction"
+    raise ExecutionFailed(
+        FailureCode.TASK_NOT_UNDERSTOOD,
+        f"The rule-based offline agent cannot carry out {counted}, so it did nothing: {quoted}. It understands only: "
+        f"{VOCABULARY}, with the text given in the task. For other tasks set agentModel (or VOUCH_AGENT_MODEL) "
+        "to a language model.",
+        instructions=missed,
+    )
+
+
+def guards(state: dict[str, Any], index: int) -> dict[str, Any]:
+    """What a checkpoint placed before plan index `index` guards: a step (numbered as in the plan message) or the
+    finish. Shown on the checkpoint card so the reviewer sees which action their answer lets through."""
+    plan = state["plan"]
+    if index >= len(plan):
+        return {"step": None, "tool": "finish", "instruction": "finish the task"}
+    step = plan[index]
+    return {"step": index + 1, "tool": step["tool"], "instruction": step["instruction"]}
+
+
 def plan_message(state: dict[str, Any]) -> str:
     steps = state["plan"]
-    if not steps:
-        text = "I found no step I know how to do in this task."
-    else:
-        text = "Plan:\n" + "\n".join(f"{i}. {step['instruction']}" for i, step in enumerate(steps, 1))
-    if state["unrecognised"]:
-        text += "\nI do not know how to: " + "; ".join(repr(u) for u in state["unrecognised"])
-    return text
+    return "Plan:\n" + "\n".join(f"{i}. {step['instruction']}" for i, step in enumerate(steps, 1))
 
 
 def step_message(step: dict[str, Any]) -> str:
@@ -60,7 +92,7 @@ def step_message(step: dict[str, Any]) -> str:
 def final_result(state: dict[str, Any], results: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     done = [describe_result(tool, result) for tool, result in results]
     summary = f"Completed {len(done)} step(s)" + (": " + "; ".join(done) + "." if done else ".")
-    if state["unrecognised"]:
+    if state["unrecognised"]:  # only a run planned before task_not_understood existed, resumed
         summary += f" Skipped {len(state['unrecognised'])} instruction(s) I do not understand."
     return {
         "summary": summary,

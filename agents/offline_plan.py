@@ -15,22 +15,30 @@ Clauses
     never split, nor are e-mail addresses and decimals like ``2.5``.  List
     markers (``1.``, ``2)``, ``-``, ``*``) are dropped.
 
+The agent never makes content up: an instruction that needs text the task does
+not give (a mail without a body, a note without its text, a summary of
+something other than the work) is unrecognised, like one it cannot parse.
+
 ``send_email``
     ``send an email (e-mail, mail, message) to ADDRESS [with subject "S"]
-    [and body "B" | saying "B" | that says "B"]``; "email ADDRESS" and
+    and body "B" | saying "B" | that says "B"``; "email ADDRESS" and
     "write an email to ADDRESS" work too.  Each address outside quotes gets
     its own step ("to a@x.com and b@y.com"), lower-cased.  An unclaimed quoted
-    text becomes the body.  No address: unrecognised.
-    args: ``to``, ``subject`` (default "Message from Vouch"), ``body``.
+    text becomes the body.  No address, or no body: unrecognised.
+    args: ``to``, ``subject`` (default "Message from Vouch": a label, not
+    content), ``body``.
 ``write_file``
     ``write (save, create) a note/file [named "NAME" | called NAME | NAME.ext]
-    [saying "TEXT" | with "TEXT" | containing "TEXT"]``.  The name is made
+    saying "TEXT" | with "TEXT" | containing "TEXT"``.  The name is made
     safe: characters other than letters, digits, ``.``, ``_`` and ``-`` become
     ``_`` (so no ``/``), ``..`` and leading dots go; default ``notes.md``.
-    args: ``path``, ``content``.
+    No text: unrecognised.  args: ``path``, ``content``.
 ``summarise``
-    ``summarise ...``, ``summarize ...``, ``sum up ...``, ``write a summary``
-    or ``write a report``.  args: ``{}``; the runtime writes the summary.
+    ``summarise``, ``summarize``, ``sum up``, ``write a summary`` or ``write
+    a report``, alone or about the work ("summarise what you did", "... the
+    results", "... everything", "a summary of the work").  It summarises
+    the steps taken; a summary of anything else ("summarise this text: ...",
+    "summarise the reviews") is unrecognised.  args: ``{}``.
 ``wait``
     ``wait N seconds`` / ``wait N minutes`` / ``pause for N s``; N may be a
     decimal, no unit means seconds, at most 300 seconds.  args: ``seconds``.
@@ -39,17 +47,30 @@ Unquoted text after "saying", "that says" or "containing" runs to the end of
 the clause.
 
 Checkpoints (``place_checkpoints``)
-    Each checkpoint's stage, description and verification question are
-    searched for words naming a tool (send_email: mail, email, e-mail, send,
-    message, recipient, notify; write_file: write, file, note, save, document;
-    summarise: summary, summarise, summarize, report; wait: wait, pause; plain
-    inflections such as "emails" or "saved" count).  A checkpoint gates the
-    first step of such a tool at or after the index gated by the previous
-    checkpoint (0 for the first).  If there is none, it gates the step after
-    the previous checkpoint's (the first step for the first checkpoint), so
-    unmatched checkpoints keep their order, one per step, and those left over
-    once the steps run out are passed before finishing (index ``len(steps)``).
-    The indices never decrease.
+    Each caller checkpoint guards one step, or the finish; no step is guarded
+    by two.  Its stage, description and verification question are searched,
+    in three passes, each in checkpoint order:
+
+    1. Names: a checkpoint naming what a step acts on guards the first such
+       step not yet guarded.  A mail step is named by its address or a word
+       of its local part ("press" for press@acme.com, "board" for
+       board@acme.com), a file step by its path or the path's stem ("plan"
+       for plan.md); words shorter than three letters do not count.
+    2. Tools: a checkpoint using a word for a tool (send_email: mail, email,
+       e-mail, send, message, recipient, notify; write_file: write, file,
+       note, save, document; summarise: summary, summarise, summarize,
+       report; wait: wait, pause; plain inflections such as "emails" or
+       "saved" count) guards the first unguarded step of that tool; if every
+       such step is guarded already, it guards the finish.
+    3. The rest guard the first unguarded step after the step guarded by the
+       checkpoint before them (the first unguarded step for the first one),
+       or the finish once no step is left.
+
+    So two checkpoints that both mention mail guard two different mail steps,
+    in order ("OK to tell the board?" the board's mail, "OK to tell the
+    press?" the press's), and a checkpoint is only ever passed before the step
+    it guards (index ``len(steps)`` is the finish).  Indices may go back: a
+    checkpoint is due when the agent reaches its step, whatever its position.
 """
 
 from __future__ import annotations
@@ -106,6 +127,13 @@ _WAIT = re.compile(
 _SUMMARY = re.compile(
     r"(?:summari[sz]e|sum\s+up|(?:write|produce|prepare|create|make|give|generate)\s+"
     r"(?:(?:a|an|the|me|us|short|brief|quick|final)\s+)*(?:summary|report))\b",
+    re.I,
+)
+# What a summary may be about: the work itself (the only thing the summarise tool can summarise).
+_SUMMARY_OF_WORK = re.compile(
+    r"\s*(?:(?:of|on|about)\s+)?(?:(?:all\s+)?(?:the|your|my|our|this)\s+)?"
+    r"(?:(?:work|results?|steps?|progress|run|task|outcome|everything|it(?:\s+all)?|all)"
+    r"|what\s+(?:you(?:\s+have|'ve)?|was|has\s+been|you\s+did)\s*(?:done|did)?)?\s*",
     re.I,
 )
 _EMAIL_VERB = re.compile(r"(?:send|e-?mail|mail|message|notify|(?:write|compose)\s+(?:an?\s+)?e-?mail)\b", re.I)
@@ -188,8 +216,10 @@ def _plan_clause(clause: str, quotes: list[tuple[str, str]], instruction: str) -
         unit = (wait.group(2) or "s").lower()
         seconds = float(wait.group(1)) * (60.0 if unit.startswith("m") else 1.0)
         return [PlannedStep("wait", {"seconds": min(seconds, MAX_WAIT_SECONDS)}, instruction)]
-    if _SUMMARY.match(text):
-        return [PlannedStep("summarise", {}, instruction)]
+    summary = _SUMMARY.match(text)
+    if summary:
+        about_work = _SUMMARY_OF_WORK.fullmatch(text[summary.end() :])
+        return [PlannedStep("summarise", {}, instruction)] if about_work else []
     if _EMAIL_VERB.match(text):
         subject_m, body_m = _SUBJECT.search(text), _BODY.search(text)
         subject, body = found(subject_m, 1), found(body_m, 1, 2)
@@ -200,8 +230,9 @@ def _plan_clause(clause: str, quotes: list[tuple[str, str]], instruction: str) -
         spare = [n for n in marks if n not in claimed]
         if body is None and spare:
             body = unmask(spare[0])
-        default_body = f"This message was sent by the Vouch offline agent for the instruction: {instruction}"
-        args = {"subject": subject or DEFAULT_SUBJECT, "body": body or default_body}
+        if not body:
+            return []  # the body would be made up
+        args = {"subject": subject or DEFAULT_SUBJECT, "body": body}
         return [PlannedStep("send_email", {"to": a, **args}, instruction) for a in addresses]
     if _WRITE_VERB.match(text) and (_WRITE_OBJECT.search(text) or _NAME_BARE.search(text)):
         content_m = _CONTENT.search(text)
@@ -217,9 +248,10 @@ def _plan_clause(clause: str, quotes: list[tuple[str, str]], instruction: str) -
             claimed = {m.group(1) for m in (name_m,) if m}
             spare = [n for n in marks if n not in claimed]
             content = unmask(spare[0]) if spare else None
-        default_content = f"Note written by the Vouch offline agent for the instruction: {instruction}\n"
+        if not content:
+            return []  # the note's text would be made up
         path = _sanitise_path(name) if name else DEFAULT_PATH
-        return [PlannedStep("write_file", {"path": path, "content": content or default_content}, instruction)]
+        return [PlannedStep("write_file", {"path": path, "content": content}, instruction)]
     return []
 
 
@@ -240,21 +272,63 @@ def plan_task(description: str) -> Plan:
     return Plan(steps=tuple(steps), unrecognised=tuple(unrecognised))
 
 
-def _checkpoint_tools(checkpoint: CheckpointSpec) -> set[str]:
+def _checkpoint_words(checkpoint: CheckpointSpec) -> tuple[str, set[str]]:
+    """The checkpoint's text (lower case) and its words with their plain inflections undone."""
     text = f"{checkpoint.stage} {checkpoint.description} {checkpoint.verification_question}".lower()
-    words = set(re.findall(r"[a-z]+(?:-[a-z]+)*", text))
+    words = set(re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", text))
     inflected = {w[: -len(s)] for w in words for s in ("s", "d", "ed", "ing") if w.endswith(s)}
     inflected |= {w[:-3] + "e" for w in words if w.endswith("ing")}
-    found = words | inflected
-    return {tool for tool, keys in _TOOL_WORDS.items() if found.intersection(keys)}
+    return text, words | inflected
+
+
+def _checkpoint_tools(words: set[str]) -> set[str]:
+    return {tool for tool, keys in _TOOL_WORDS.items() if words.intersection(keys)}
+
+
+def _names(step: PlannedStep) -> tuple[set[str], set[str]]:
+    """What a checkpoint may call the step's object by: whole phrases, and single words."""
+    if step.tool == "send_email":
+        address = str(step.args["to"]).lower()
+        local = address.partition("@")[0]
+        return {address}, {w for w in re.split(r"[._+-]", local) if len(w) >= 3}
+    if step.tool == "write_file":
+        path = str(step.args["path"]).lower()
+        stem = path.rsplit(".", 1)[0]
+        return {path}, {w for w in re.split(r"[._-]", stem) if len(w) >= 3}
+    return set(), set()
+
+
+def _names_step(step: PlannedStep, text: str, words: set[str]) -> bool:
+    phrases, keys = _names(step)
+    return any(p in text for p in phrases) or bool(words.intersection(keys) - set().union(*_TOOL_WORDS.values()))
 
 
 def place_checkpoints(steps: tuple[PlannedStep, ...], checkpoints: list[CheckpointSpec]) -> list[int]:
-    """Index of the step each checkpoint must be passed before (see the module docstring)."""
-    placed: list[int] = []
-    for checkpoint in checkpoints:
-        tools = _checkpoint_tools(checkpoint)
-        start = placed[-1] if placed else 0
-        fallback = min(placed[-1] + 1 if placed else 0, len(steps))
-        placed.append(next((i for i in range(start, len(steps)) if steps[i].tool in tools), fallback))
-    return placed
+    """Index of the step each checkpoint guards, `len(steps)` for the finish (see the module docstring)."""
+    finish = len(steps)
+    placed: list[int | None] = [None] * len(checkpoints)
+    guarded: set[int] = set()
+
+    def bind(position: int, candidates: list[int]) -> None:
+        index = next((i for i in candidates if i not in guarded), None)
+        if index is not None:
+            placed[position] = index
+            guarded.add(index)
+
+    seen = [_checkpoint_words(cp) for cp in checkpoints]
+    for position, (text, words) in enumerate(seen):
+        bind(position, [i for i, step in enumerate(steps) if _names_step(step, text, words)])
+    for position, (_, words) in enumerate(seen):
+        tools = _checkpoint_tools(words)
+        if placed[position] is None and tools:
+            bind(position, [i for i, step in enumerate(steps) if step.tool in tools])
+            if placed[position] is None:
+                placed[position] = finish
+    for position in range(len(checkpoints)):
+        if placed[position] is None:
+            before = placed[position - 1] if position else None
+            start = 0 if before is None else before + 1
+            bind(position, list(range(start, finish)))
+            if placed[position] is None:
+                placed[position] = finish
+    return [finish if index is None else index for index in placed]

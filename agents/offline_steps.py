@@ -13,6 +13,7 @@ from agents.gates import pending_caller_checkpoints, unknown_outcome_gate, unrev
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
 from agents.tools import TOOLS
+from core.errors import ExecutionFailed, FailureCode
 from core.events import append_event
 from core.models import Checkpoint, Decision, ToolCall
 
@@ -27,6 +28,7 @@ class OfflineDriver:
         self.runner = runner
         self.mode = mode
         self.execution_id = runner.execution_id
+        # The caller's checkpoints not passed yet: (id, position), in position order.
         self._caller_pending: list[tuple[str, int]] | None = None
         self._began_here = False
 
@@ -54,14 +56,25 @@ class OfflineDriver:
         runner = self.runner
         cursor: int = state["cursor"]
         plan: list[dict[str, Any]] = state["plan"]
+        failed = state.get("failedStep")
+        if failed is not None:
+            # The plan's later steps may depend on this one, and the agent cannot change its plan: it stops.
+            raise ExecutionFailed(
+                FailureCode.TOOL_FAILED,
+                f"Step {failed['step']} ({failed['instruction']}) failed: {failed['error']}",
+                step=failed["step"],
+                tool=failed["tool"],
+            )
         async with runner.db.transaction() as session:
             due = await self._due_checkpoint(session, state["gates"], cursor, len(plan))
             if due is not None:
                 await runner.fence(session)
                 action = self._action(plan[cursor]) if cursor < len(plan) else FINISH_ACTION
-                passed = await runner.pass_or_pause(session, due, action, self.mode)
+                gates: list[int] = state["gates"]
+                bound = gates[due.position] if due.origin == "caller" and due.position < len(gates) else cursor
+                passed = await runner.pass_or_pause(session, due, action, self.mode, offline.guards(state, bound))
                 if passed and self._caller_pending:
-                    self._caller_pending.pop(0)
+                    self._caller_pending = [p for p in self._caller_pending if p[0] != due.id]
                 return passed
             if cursor >= len(plan):
                 await runner.fence(session)
@@ -94,7 +107,7 @@ class OfflineDriver:
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
-                await runner.pause(session, gate, self._action(step, call))
+                await runner.pause(session, gate, self._action(step, call), offline.guards(state, cursor))
                 return False
             if not fresh and call.status == "started" and not TOOLS[call.tool].repeatable(call.args):
                 unknown = await unknown_outcome_gate(
@@ -102,7 +115,9 @@ class OfflineDriver:
                 )
                 if unknown.status == "pending":
                     # Passed without review, this same call runs at the next turn: it must be found again.
-                    return await runner.pass_or_pause(session, unknown, self._action(step, call), self.mode)
+                    return await runner.pass_or_pause(
+                        session, unknown, self._action(step, call), self.mode, offline.guards(state, cursor)
+                    )
             self._began_here = True  # from here on this claim makes every call it meets
             await tool_calls.start_call(session, call)
 
@@ -110,9 +125,13 @@ class OfflineDriver:
         return True
 
     def _advanced(self, state: dict[str, Any], cursor: int) -> Callable[[dict[str, Any]], None]:
-        def advanced(_: dict[str, Any]) -> None:
+        def advanced(answer: dict[str, Any]) -> None:
             state["cursor"] = cursor + 1
             self.runner.spend(state, steps=1)
+            if "error" in answer:
+                step = state["plan"][cursor]
+                failed = {"step": cursor + 1, "tool": step["tool"], "instruction": step["instruction"]}
+                state["failedStep"] = {**failed, "error": str(answer["error"])}
 
         return advanced
 
@@ -137,12 +156,10 @@ class OfflineDriver:
             self._caller_pending = [
                 (cp.id, cp.position) for cp in await pending_caller_checkpoints(session, self.execution_id)
             ]
-        if not self._caller_pending:
-            return None
-        checkpoint_id, position = self._caller_pending[0]
-        if position >= len(gates) or gates[position] > cursor:
-            return None
-        return await session.get_one(Checkpoint, checkpoint_id)
+        # Checkpoints are bound to steps by what they name (agents/offline_plan.py), so a later position may
+        # guard an earlier step: the due one is any whose step has come, the first by position.
+        due = next((cp for cp, at in self._caller_pending if at < len(gates) and gates[at] <= cursor), None)
+        return None if due is None else await session.get_one(Checkpoint, due)
 
     async def _result(self, session: AsyncSession, state: dict[str, Any]) -> dict[str, Any]:
         calls = await session.scalars(

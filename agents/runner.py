@@ -226,17 +226,30 @@ class ExecutionRunner:
         )
 
     async def pass_or_pause(
-        self, session: AsyncSession, checkpoint: Checkpoint, next_action: dict[str, Any], mode: RunMode
+        self,
+        session: AsyncSession,
+        checkpoint: Checkpoint,
+        next_action: dict[str, Any],
+        mode: RunMode,
+        guards: dict[str, Any] | None = None,
     ) -> bool:
         """Without verification the checkpoint is recorded auto-approved and the agent goes on (True);
         with it, the execution pauses here (False)."""
         if mode.without_verification:
             await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
             return True
-        await self.pause(session, checkpoint, next_action)
+        await self.pause(session, checkpoint, next_action, guards)
         return False
 
-    async def pause(self, session: AsyncSession, checkpoint: Checkpoint, next_action: dict[str, Any]) -> None:
+    async def pause(
+        self,
+        session: AsyncSession,
+        checkpoint: Checkpoint,
+        next_action: dict[str, Any],
+        guards: dict[str, Any] | None = None,
+    ) -> None:
+        """`guards`, when the agent knows it, is the step the checkpoint was bound to ({step, tool, instruction}):
+        the reviewer's approval lets exactly that step (or, with tool "finish", the finish) through."""
         now = utcnow()
         checkpoint.status, checkpoint.awaiting_since = "awaiting_review", now
         # Let go of the execution entirely: the pause is these rows, not a waiting coroutine.
@@ -259,6 +272,7 @@ class ExecutionRunner:
                 "attempt": checkpoint.attempt,
                 "toolCallId": checkpoint.tool_call_id,
                 "nextAction": next_action,
+                **({"guards": guards} if guards is not None else {}),
             },
         )
         # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.

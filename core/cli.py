@@ -130,7 +130,19 @@ def serve(host: str, port: int) -> None:
     settings = settings_or_exit()
     upgrade(settings.database_url)
     click.echo(f"Vouch on http://{host}:{port}  (database {settings.database_url.split('://')[0]})", err=True)
+    click.echo(agent_line(settings.agent_model), err=True)
     _serve(settings, host, port, run_worker=True)
+
+
+def agent_line(model: str) -> str:
+    """What runs tasks that name no `agentModel`: said at start-up, so nobody mistakes the rules for a model."""
+    if model == "offline":
+        return (
+            "Default agent: offline (rule-based, no language model): it carries out only the small vocabulary in "
+            "README 'The offline agent' and fails any other task with task_not_understood. To use a model, set "
+            "VOUCH_AGENT_MODEL (openai:<model>, anthropic:<model>; README 'Agents backed by a language model')."
+        )
+    return f"Default agent: {model} (model); tasks may name another with agentModel."
 
 
 @main.command()

@@ -209,6 +209,13 @@ export function createView(root, needState) {
     }
   }
 
+  // The step a checkpoint is bound to; templates/chat/_items.html's guards_text says the same.
+  function guardsText(guards) {
+    if (!guards) return "";
+    if (guards.step) return `step ${guards.step}, ${guards.tool}: ${guards.instruction}`;
+    return "the finish: passed before the task completes";
+  }
+
   function outcomeOf(status, payload) {
     const result = payload.result || {};
     let detail = "";
@@ -260,6 +267,8 @@ export function createView(root, needState) {
       fillOptional(element, "description", payload.description);
       fill(element, "verificationQuestion", payload.verificationQuestion);
       fill(element, "instruction", next.instruction);
+      fill(element, "guardsText", guardsText(payload.guards));
+      showPart(element, "guards", Boolean(payload.guards));
       fill(element, "nextTool", next.tool);
       fill(element, "nextArgsText", pretty(next.args || {}));
       showPart(element, "auto", payload.origin === "auto");

@@ -25,7 +25,7 @@ async def new_executions(db: Database, settings: Settings, count: int) -> list[s
     account = await make_account(db, settings, f"{new_id('u')}@example.com")
     ids: list[str] = []
     task = CreateTaskIn.model_validate(
-        {"taskName": "t", "taskDescription": "Write a note.", "testMode": "without-verification"}
+        {"taskName": "t", "taskDescription": "Write a note saying hi.", "testMode": "without-verification"}
     )
     for _ in range(count):
         # One transaction each, so created_at (the claim order) differs.

@@ -234,6 +234,7 @@ async def test_rate_limited_requests_are_retried_and_a_bad_key_fails_clearly(db:
         assert snap.execution.error is not None
         assert "HTTP 401" in snap.execution.error and "Incorrect API key" in snap.execution.error
         assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error_info}]
+        assert snap.execution.error_info == {"code": "provider_failed", "detail": snap.execution.error}
         assert len(llm.requests) == 1  # a bad key is not retried
 
 

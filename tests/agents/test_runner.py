@@ -232,14 +232,16 @@ async def test_wait_step_completes(db: Database, settings: Settings) -> None:
     assert call.finished_at - call.started_at >= timedelta(seconds=0.2)
 
 
-async def test_task_with_no_known_step_completes_empty(db: Database, settings: Settings) -> None:
+async def test_task_with_no_known_step_fails_not_understood(db: Database, settings: Settings) -> None:
     exe = await new_execution(db, settings, "Paint the fence green.")
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
-    assert snap.execution.status == "completed"
+    assert snap.execution.status == "failed"
     assert snap.calls == []
-    assert snap.execution.result is not None
-    assert snap.execution.result["unrecognised"] == ["Paint the fence green"]
+    assert snap.execution.result is None
+    assert snap.execution.error_info is not None
+    assert snap.execution.error_info["code"] == "task_not_understood"
+    assert snap.execution.error_info["instructions"] == ["Paint the fence green"]
 
 
 # --- with verification: pause and resume --------------------------------------------------------------
@@ -314,8 +316,9 @@ async def test_checkpoint_before_finishing_pauses_then_completes(db: Database, s
     exe = await new_execution(
         db,
         settings,
-        "Paint the fence.",
-        checkpoints=[{"stage": "Sign-off", "verificationQuestion": "Happy?"}],
+        'Write a note saying "fence painted".',
+        # Names a summary, and the plan has none: it guards the finish.
+        checkpoints=[{"stage": "Sign-off", "verificationQuestion": "Happy with the summary?"}],
         test_mode="with-verification",
     )
     await claim_and_run(db, settings)
@@ -355,10 +358,14 @@ async def test_stale_claim_writes_nothing(db: Database, settings: Settings) -> N
     await ExecutionRunner(settings, db, "worker-1", stale).run()
     after = await snapshot(db, exe)
     # The stale claim's own event, written with the claim, and nothing after it.
-    assert after.events == before.events == [
-        (1, "execution.created", before.events[0][2]),
-        (2, "execution.started", {"worker": "worker-1"}),
-    ]
+    assert (
+        after.events
+        == before.events
+        == [
+            (1, "execution.created", before.events[0][2]),
+            (2, "execution.started", {"worker": "worker-1"}),
+        ]
+    )
     assert after.calls == [] and after.mails == [] and after.files == []
     assert after.execution.status == "running"
     assert after.execution.worker_id == "worker-2"
@@ -579,6 +586,7 @@ async def test_an_agent_model_that_cannot_run_fails_clearly(
     assert snap.execution.completed_at is not None
     assert snap.execution.worker_id is None and snap.execution.lease_until is None
     assert snap.types == ["execution.created", "execution.started", "execution.failed"]
+    assert snap.execution.error_info == {"code": "model_unavailable", "detail": snap.execution.error}
     assert snap.payloads("execution.failed") == [{"status": "failed", "error": snap.execution.error_info}]
     assert snap.calls == []
     assert_contiguous(snap)

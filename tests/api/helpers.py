@@ -27,7 +27,7 @@ def decision_path(execution_id: str, checkpoint_id: str) -> str:
 
 def task(**fields: Any) -> dict[str, Any]:
     """A valid create body (no checkpoints, so no reviewer needed), with `fields` merged in."""
-    body: dict[str, Any] = {"taskName": "Weekly digest", "taskDescription": "Write a note called digest.md."}
+    body: dict[str, Any] = {"taskName": "Weekly digest", "taskDescription": "Write a note called digest.md saying hi."}
     body.update(fields)
     return body
 

@@ -30,7 +30,7 @@ async def insert_execution(
         user_id=owner.user_id,
         api_key_id=owner.key_id,
         task_name=task_name,
-        task_description="Write a note called a.md.",
+        task_description="Write a note called a.md saying hi.",
         test_mode="with-verification",
         assigned_reviewer=reviewer,
         agent_model="offline",

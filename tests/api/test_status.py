@@ -183,7 +183,7 @@ async def test_without_verification_runs_to_completion(service: Service) -> None
 async def test_unknown_and_foreign_ids_are_indistinguishable(api_only: Service) -> None:
     alice = await account(api_only, "alice@example.com", "eval:manage")
     mallory = await account(api_only, "mallory@example.com", "eval:manage")
-    alice_run = await create_ok(api_only, alice.key, {"taskName": "t", "taskDescription": "Write a note."})
+    alice_run = await create_ok(api_only, alice.key, {"taskName": "t", "taskDescription": "Write a note saying hi."})
 
     foreign = await api_only.client.get(status_path(alice_run), headers=bearer(mallory.key))
     unknown = await api_only.client.get(status_path("exe_doesnotexist0000000000000"), headers=bearer(mallory.key))

@@ -162,3 +162,34 @@ async def test_the_socket_client_is_served_from_node_modules(app: Quart) -> None
     assert "Socket.IO" in (await response.get_data(as_text=True))[:400]
     assert (await app.test_client().get("/vendor/package.json")).status_code == 404
     assert (await app.test_client().get("/vendor/..%2Fpackage.json")).status_code == 404
+
+
+async def test_the_page_names_the_agent_the_step_a_card_guards_and_a_coded_failure(
+    app: Quart, settings: Settings
+) -> None:
+    db = database(app)
+    execution_id = await new_execution(db, settings)
+    guards = {"step": 2, "tool": "send_email", "instruction": 'email press@acme.example saying "we grew"'}
+    async with db.transaction() as session:
+        await append_event(
+            session,
+            execution_id,
+            "checkpoint.awaiting_review",
+            {
+                "checkpointId": "chk_1",
+                "stage": "Press",
+                "verificationQuestion": "OK to tell the press?",
+                "origin": "caller",
+                "attempt": 1,
+                "nextAction": {"tool": "send_email", "args": {"to": "press@acme.example"}, "instruction": "x"},
+                "guards": guards,
+            },
+        )
+        error = {"code": "tool_failed", "detail": "Step 2 failed: refused", "step": 2, "tool": "send_email"}
+        await append_event(session, execution_id, "execution.failed", {"status": "failed", "error": error})
+    status, page, _ = await get(app, chat_path(settings, execution_id))
+    assert status == 200
+    assert re.search(r'<dd id="agent">offline \(rule-based\)</dd>', page)
+    assert "step 2, send_email: email press@acme.example saying &#34;we grew&#34;" in page
+    # The failure's sentence, not the object's repr.
+    assert "Step 2 failed: refused" in page and "tool_failed" not in page.split('id="feed"', 1)[1]

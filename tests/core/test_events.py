@@ -25,7 +25,7 @@ async def new_executions(db: Database, settings: Settings, count: int) -> list[s
         key_id = await session.scalar(sa.select(ApiKey.id).where(ApiKey.user_id == account.user_id))
         caller = Caller(account.user_id, account.email, str(key_id), frozenset({"eval:manage"}))
         task = CreateTaskIn.model_validate(
-            {"taskName": "t", "taskDescription": "Write a note.", "testMode": "without-verification"}
+            {"taskName": "t", "taskDescription": "Write a note saying hi.", "testMode": "without-verification"}
         )
         return [(await create_execution(session, caller, task, "offline")).id for _ in range(count)]
 

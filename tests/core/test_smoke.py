@@ -8,7 +8,7 @@ async def test_create_and_status(service: Service) -> None:
     acct = await service.account("a@example.com")
     r = await service.client.post(
         "/api/eval/create-task-agent",
-        json={"taskName": "t", "taskDescription": "Write a note.", "testMode": "without-verification"},
+        json={"taskName": "t", "taskDescription": "Write a note saying hi.", "testMode": "without-verification"},
         headers=bearer(acct.key),
     )
     created = await r.get_json()

@@ -37,7 +37,7 @@ async def new_execution(
             user_id=owner.user_id,
             api_key_id=owner.key_id,
             task_name="Hooked",
-            task_description="Write a note.",
+            task_description="Write a note saying hi.",
             test_mode="without-verification",
             webhook_url=url,
             webhook_events=events,

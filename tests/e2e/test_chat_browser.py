@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -176,6 +177,9 @@ async def test_approving_from_the_card_lets_the_run_continue(
     card = page.locator(".checkpoint")
     assert "Send it to ops?" in (await card.inner_text())
     assert "send_email" in (await card.inner_text())  # what the agent will do next
+    # The step the checkpoint is bound to, by its number in the plan.
+    guards = await card.locator(".cp-guards").inner_text()
+    assert re.fullmatch(r"(?i:guards)\s+step 2, send_email: send an email to ops@example\.com .*", guards), guards
     assert await page.text_content("#status-text") == f"Waiting for review by {REVIEWER}"
     await form.locator("textarea").fill("Ship it")
     await form.locator("button[value=approve]").click()
@@ -266,13 +270,14 @@ async def test_a_hostile_task_name_and_text_render_as_text(
     created = await create_task(scaled_web, account.key, taskName=XSS, taskDescription=hostile)
     page = await open_chat(await browser.new_context(), created["chatUrl"])
     async with worker_running(web_settings):
-        await page.wait_for_selector(".outcome-card.status-completed")
+        # It does not understand "do <script>…": the whole task fails, quoting the instruction.
+        await page.wait_for_selector(".outcome-card.status-failed")
     for attempt in ("live", "reloaded"):
         assert await page.text_content("#task-name") == XSS, attempt
         assert await page.locator("img").count() == 0, attempt
         assert await page.evaluate("document.scripts.length") == 2, attempt  # socket.io.min.js and chat.js
-        plan = await page.locator(".item.message").first.inner_text()
-        assert "<script>alert(2)</script>" in plan, attempt  # the agent quotes what it did not understand
+        detail = await page.locator(".outcome-card .outcome-detail").first.inner_text()
+        assert "<script>alert(2)</script>" in detail, attempt  # the agent quotes what it did not understand
         await page.reload()
         await page.wait_for_selector("#chat[data-joined=true]", state="attached")
     assert page.errors == []  # type: ignore[attr-defined]

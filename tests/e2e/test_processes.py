@@ -15,7 +15,7 @@ from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, running_worker, vouch_env, wait_until_healthy
 from tests.support.waiting import until
 
-TASK = 'Write a note saying "hi". Then send an email to x@example.com with subject "Hello". Then summarise.'
+TASK = 'Write a note saying "hi". Then send an email to x@example.com with subject "Hello" saying "hi". Then summarise.'
 
 
 async def _run_to_completion(base: str, key: str) -> dict[str, Any]:
@@ -55,6 +55,9 @@ async def test_vouch_serve_migrates_an_empty_embedded_database_and_runs_tasks(tm
     assert done["status"] == "completed", done
     assert done["chatUrl"].startswith(f"{base}/chat/{done['executionId']}?token=")
     # One access line per request, ours (with the request's id and time), not uvicorn's beside it.
+    # The start-up log names the default agent for what it is, and how to use a model instead.
+    said = log_path.read_text()
+    assert "Default agent: offline (rule-based, no language model)" in said and "VOUCH_AGENT_MODEL" in said, said
     logged = [line for line in log_path.read_text().splitlines() if "POST /api/eval/create-task-agent" in line]
     assert len(logged) == 1 and " 201 " in logged[0] and logged[0].endswith("from 127.0.0.1"), logged
 

@@ -18,7 +18,11 @@ from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, vouch_env, wait_until_healthy
 from tests.support.ratelimits import REDIS_URL
 
-TASK = {"taskName": "limits", "taskDescription": "Write a note called a.md.", "testMode": "without-verification"}
+TASK = {
+    "taskName": "limits",
+    "taskDescription": "Write a note called a.md saying hi.",
+    "testMode": "without-verification",
+}
 # The spec's 100 requests, over an hour instead of a minute: one request comes back only after 36 s, far
 # longer than the test takes, so the count is exact under real time (the minute's arithmetic has its own tests).
 WINDOW_SECONDS = 3600
