@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline
 from agents.claims import CLAIM_HOLDS, Claim, LeaseLost
+from agents.gates import UNKNOWN_OUTCOME_STAGE
 from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
@@ -226,7 +227,19 @@ class ExecutionRunner:
 
     async def pause(self, session: AsyncSession, checkpoint: Checkpoint, next_action: dict[str, Any]) -> None:
         now = utcnow()
+        # A reviewer may edit the arguments of the call this checkpoint gates: its approval lets exactly that
+        # call run (agents/tool_calls.py `gate` substitutes the edits). Not a crash's "run it again?" question.
+        editable = (
+            checkpoint.tool_call_id is not None
+            and next_action.get("toolCallId") == checkpoint.tool_call_id
+            and checkpoint.stage != UNKNOWN_OUTCOME_STAGE
+        )
+        next_action = {**next_action, "editable": editable}
         checkpoint.status, checkpoint.awaiting_since = "awaiting_review", now
+        checkpoint.next_action = next_action
+        reads_comments = await session.scalar(
+            sa.select(Execution.reads_comments).where(Execution.id == self.execution_id)
+        )
         # Let go of the execution entirely: the pause is these rows, not a waiting coroutine.
         await session.execute(
             sa.update(Execution)
@@ -247,6 +260,8 @@ class ExecutionRunner:
                 "attempt": checkpoint.attempt,
                 "toolCallId": checkpoint.tool_call_id,
                 "nextAction": next_action,
+                # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
+                "readsComments": reads_comments,
             },
         )
         # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.
