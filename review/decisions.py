@@ -121,7 +121,7 @@ class InvalidInput(DecisionError):
         self.argument = pointer.removeprefix("/editedArgs/") if pointer.startswith("/editedArgs/") else ""
 
 
-REJECT_NEEDS_COMMENT = "is required to reject: the agent revises from it (or, if it cannot, the record says why)"
+REJECT_NEEDS_COMMENT = "is required to reject: say what should change"
 
 
 def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

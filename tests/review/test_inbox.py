@@ -109,7 +109,8 @@ async def test_decide_from_the_inbox(app: Quart, settings: Settings) -> None:
         ADDR,
         1,
     )
-    assert (checkpoint.status, checkpoint.attempt) == ("pending", 2)
+    # The offline agent cannot revise from the comment: its rejection ends the run (issue 20).
+    assert (checkpoint.status, checkpoint.attempt) == ("rejected", 1)
 
     # The same form again (attempt 1) is refused, naming the winner; the history shows the decision.
     again = await rita.submit(path, path, {"decision": "approve", "attempt": "1"})
