@@ -12,6 +12,7 @@ subject: core/headers.py, the same rules `send_email` applies when it runs).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -114,3 +115,16 @@ def from_text(tool: str, name: str, text: str) -> Any:
             return text
         return int(number) if number.is_integer() else number
     return text
+
+
+def argument_text(value: Any) -> str:
+    """An argument as a reviewer reads and edits it: text as it is (line breaks and all), anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def argument_lines(args: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each argument of a proposed call as (name, text), in full: what every review surface shows (the chat
+    card, the inbox page, the review mail, its link page; static/js/chat-view.js says the same)."""
+    return [(str(name), argument_text(value)) for name, value in args.items()]

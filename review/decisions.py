@@ -14,7 +14,7 @@ from core.db import publish_after_commit
 from core.events import append_event, isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
-from core.tool_args import TOOL_PARAMETERS, argument_problems
+from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text
 from review.access import reviewer_may_decide
 
 Verdict = Literal["approve", "reject"]
@@ -133,6 +133,8 @@ def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -
     tool, original = str(next_action.get("tool")), dict(next_action.get("args") or {})
     if tool not in TOOL_PARAMETERS:
         raise InvalidInput("/editedArgs", f"cannot be given here: {tool} takes no arguments a reviewer can edit")
+    # Forms and command lines send text: a number argument's text counts as its number.
+    edited = {name: from_text(tool, name, value) if isinstance(value, str) else value for name, value in edited.items()}
     changed = {name: value for name, value in edited.items() if original.get(name, _MISSING) != value}
     for problem in argument_problems(tool, {**original, **edited}):
         if problem.name in edited or not problem.name:
