@@ -95,7 +95,7 @@ export function argumentText(value) {
 }
 
 // Every argument of the proposed call in full, and one field per argument in the edit form. Text only.
-function fillArguments(card, args) {
+function fillArguments(card, args, editable) {
   const list = slot(card, "nextArgs");
   const fields = slot(card, "editFields");
   for (const [name, value] of Object.entries(args)) {
@@ -111,6 +111,9 @@ function fillArguments(card, args) {
     detail.appendChild(pre);
     row.append(term, detail);
     list.appendChild(row);
+    if (!editable) {
+      continue;
+    }
     const label = document.createElement("label");
     label.className = "cp-arg";
     const labelCode = document.createElement("code");
@@ -299,7 +302,7 @@ export function createView(root, needState) {
       fill(element, "verificationQuestion", payload.verificationQuestion);
       fill(element, "instruction", next.instruction);
       fill(element, "nextTool", next.tool);
-      fillArguments(element, next.args || {});
+      fillArguments(element, next.args || {}, Boolean(next.editable));
       showPart(element, "edit", Boolean(next.editable));
       showPart(element, "noComments", payload.readsComments === false);
       showPart(element, "noCommentsEdit", Boolean(next.editable));
