@@ -240,9 +240,9 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             session, checkpoint, execution, error="Say what the agent should change: a rejection needs a comment."
         )
         return page, 422
+    values = {key.removeprefix("arg:"): _lines(value) for key, value in form.items() if key.startswith("arg:")}
     if not await may_decide(session, execution, checkpoint, email, utcnow()):
         abort(404)
-    values = {key.removeprefix("arg:"): _lines(value) for key, value in form.items() if key.startswith("arg:")}
     try:
         await decide(
             session,
