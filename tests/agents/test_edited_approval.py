@@ -5,12 +5,14 @@ argument."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from core.db import Database
 from core.settings import Settings
 from review import InvalidInput, decide
+from review.decisions import Verdict
 from tests.agents.test_model_agent import MAIL, MAIL_TASK, model_settings, run
 from tests.agents.test_runner import BEFORE_SENDING, NOTE_THEN_MAIL, REVIEWER, claim_and_run, new_execution, snapshot
 from tests.support.fake_llm import call, fake_llm, last_tool_result
@@ -106,7 +108,7 @@ async def test_the_offline_agent_s_gated_call_runs_with_the_edits(db: Database, 
     ],
 )
 async def test_edits_the_tool_would_refuse_are_refused_naming_the_argument(
-    db: Database, settings: Settings, verdict: str, edits: dict[str, object], pointer: str, detail: str
+    db: Database, settings: Settings, verdict: Verdict, edits: dict[str, Any], pointer: str, detail: str
 ) -> None:
     exe, checkpoint_id = await gated_offline_run(db, settings)
     with pytest.raises(InvalidInput, match=detail) as refused:
@@ -118,7 +120,7 @@ async def test_edits_the_tool_would_refuse_are_refused_naming_the_argument(
                 by=REVIEWER,
                 via="api",
                 comment="why",
-                edited_args=edits,  # type: ignore[arg-type]
+                edited_args=edits,
             )
     assert refused.value.pointer == pointer
     snap = await snapshot(db, exe)

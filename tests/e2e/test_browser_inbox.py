@@ -4,6 +4,8 @@ rejection without a comment, and approves the call with an edited subject; the r
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import sqlalchemy as sa
 from playwright.async_api import Browser, Page, expect
@@ -93,13 +95,13 @@ async def test_the_inbox_refuses_a_bare_rejection_and_approves_an_edited_subject
             await expect(page).to_have_url(f"{base}/review/inbox?done={checkpoint_id}")
             await expect(page.get_by_text("Your decision is recorded.")).to_be_visible()
 
-            async def completed() -> dict[str, object] | None:
+            async def completed() -> dict[str, Any] | None:
                 record = (await api.get(f"/api/eval/status/{execution_id}")).json()
                 return record if record["status"] in ("completed", "failed", "rejected") else None
 
             record = await until(completed)
             assert record["status"] == "completed", record
-            (cp,) = record["checkpoints"]  # type: ignore[misc]
+            (cp,) = record["checkpoints"]
             assert [(a["attempt"], a["decision"], a["via"]) for a in cp["attempts"]] == [(1, "approve", "web")]
             assert cp["attempts"][0]["editedArgs"] == {"subject": EDITED}
             assert cp["attempts"][0]["originalArgs"]["subject"] == "Report"

@@ -118,3 +118,29 @@ async def test_the_api_approves_with_edited_arguments_and_refuses_bad_ones(servi
         (call,) = await session.scalars(sa.select(ToolCall).where(ToolCall.execution_id == execution_id))
     assert (sent.recipient, sent.subject, sent.text_body) == ("bob@example.com", edits["subject"], BODY)
     assert (call.args, call.proposed_args) == ({**PROPOSED, **edits}, PROPOSED)
+
+
+def test_a_multi_line_argument_keeps_its_lines_in_both_mail_bodies() -> None:
+    from types import SimpleNamespace
+
+    from review.notify import _env
+
+    body = "Dear <Bob>,\nline two & more\n\nRegards"
+    context = {
+        "execution": SimpleNamespace(task_name="T", task_description="D", reads_comments=True),
+        "checkpoint": SimpleNamespace(stage="S", attempt=1, description="", verification_question="Q?"),
+        "next_action": {"tool": "send_email", "instruction": "send it", "editable": True},
+        "arguments": [("body", body)],
+        "chat_url": "http://x/c",
+        "approve_url": "http://x/a",
+        "reject_url": "http://x/r",
+        "reply_token": "t",
+        "hours": 72,
+        "inbox_url": "http://x/review/inbox/chk",
+        "reads_comments": True,
+    }
+    html = _env.get_template("checkpoint.html").render(context)
+    assert "Dear &lt;Bob&gt;,<br>\nline two &amp; more<br>\n<br>\nRegards" in html
+    text = _env.get_template("checkpoint.txt").render(context)
+    assert "  body:\n    Dear <Bob>,\n    line two & more\n    \n    Regards\n" in text
+    assert "cannot read comments" not in text
