@@ -22,7 +22,7 @@ from agents.tools import TOOLS
 from core.db import commits_alone
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
-from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
+from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
 from review import decide
 
 if TYPE_CHECKING:
@@ -106,6 +106,7 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         )
     )
     if bound is not None and bound.status in ("approved", "auto_approved"):
+        await _take_edits(session, call, bound)
         return None
     checkpoint = bound or await gate_for_call(
         session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
@@ -114,6 +115,32 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
         return None
     return checkpoint
+
+
+async def _take_edits(session: AsyncSession, call: ToolCall, checkpoint: Checkpoint) -> None:
+    """The reviewer's approval edited some arguments (review.decide checked them): the call runs with them,
+    and keeps the agent's own in `proposed_args`."""
+    edited = await session.scalar(
+        sa.select(Decision.edited_args).where(
+            Decision.checkpoint_id == checkpoint.id, Decision.attempt == checkpoint.attempt
+        )
+    )
+    if edited and call.proposed_args is None:
+        call.proposed_args = dict(call.args)
+        call.args = {**call.args, **edited}
+        await session.flush()
+
+
+def _edit_note(call: ToolCall) -> dict[str, Any]:
+    """What the agent is told when it ran with a reviewer's edits: which arguments changed, from what to what."""
+    if call.proposed_args is None:
+        return {}
+    changed = {
+        name: {"proposed": call.proposed_args.get(name), "approved": value}
+        for name, value in call.args.items()
+        if call.proposed_args.get(name) != value
+    }
+    return {"reviewerEdited": changed, "note": "The reviewer changed these arguments before approving the call."}
 
 
 async def start_call(session: AsyncSession, call: ToolCall) -> None:
@@ -149,7 +176,7 @@ async def run_call(
             .where(ToolCall.id == call.id)
             .values(status="failed" if error else "succeeded", result=result, error=error, finished_at=utcnow())
         )
-        answer = _answer(result, error)
+        answer = {**_answer(result, error), **_edit_note(call)}
         after(answer)
         runner.spend(state, seconds=elapsed)
         await runner.save(session, state)

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from quart import Blueprint, Response, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.offline import MODEL_NAME as OFFLINE_AGENT
 from agents.policy import detect_side_effects
 from api.auth import Caller, current_caller, require_scope
 from api.concurrency import check_creates_serialised, no_free_slot, slot_free
@@ -107,6 +108,8 @@ async def create_execution(
         on_deadline=task.onDeadline,
         auto_detect_checkpoints=task.autoDetectCheckpoints,
         agent_model=agent_model,
+        # The rule-based agent cannot revise from a comment: its rejections end the run (review.decide).
+        reads_comments=agent_model != OFFLINE_AGENT,
         status="queued",
         created_at=now,
         last_seq=1,  # `execution.created`, below

@@ -126,9 +126,17 @@ class AsyncClient:
     async def delete(self, execution_id: str) -> None:
         await self._send(calls.delete(execution_id))
 
-    async def decide(self, execution_id: str, checkpoint_id: str, decision: str, comment: str = "") -> DecisionAnswer:
-        """Approve or reject a checkpoint (the key's user must be its reviewer; eval:manage)."""
-        return await self._send(calls.decide(execution_id, checkpoint_id, decision, comment))
+    async def decide(
+        self,
+        execution_id: str,
+        checkpoint_id: str,
+        decision: str,
+        comment: str = "",
+        edited_args: Mapping[str, Any] | None = None,
+    ) -> DecisionAnswer:
+        """Approve or reject a checkpoint (the key's user must be its reviewer; eval:manage). A rejection needs a
+        comment; an approval may change arguments of the checkpoint's tool call (`edited_args`)."""
+        return await self._send(calls.decide(execution_id, checkpoint_id, decision, comment, edited_args))
 
     # Live events and waiting ---------------------------------------------------------------------------------
 

@@ -164,10 +164,19 @@ def delete(execution_id: str) -> Call[None]:
     return Call("DELETE", f"/api/eval/executions/{_segment(execution_id)}", _nothing)
 
 
-def decide(execution_id: str, checkpoint_id: str, decision: str, comment: str = "") -> Call[DecisionAnswer]:
-    body = DecisionRequest.model_validate({"decision": decision, "comment": comment})
+def decide(
+    execution_id: str,
+    checkpoint_id: str,
+    decision: str,
+    comment: str = "",
+    edited_args: Mapping[str, Any] | None = None,
+) -> Call[DecisionAnswer]:
+    fields: dict[str, Any] = {"decision": decision, "comment": comment}
+    if edited_args:
+        fields["editedArgs"] = dict(edited_args)
+    body = DecisionRequest.model_validate(fields)
     path = f"/api/eval/executions/{_segment(execution_id)}/checkpoints/{_segment(checkpoint_id)}/decision"
-    return Call("POST", path, _model(DecisionAnswer), json=body.model_dump())
+    return Call("POST", path, _model(DecisionAnswer), json=body.model_dump(exclude_none=True))
 
 
 def request_of(call: Call[Any]) -> dict[str, Any]:

@@ -259,10 +259,31 @@ def tasks_cancel(ctx: click.Context, execution_id: str) -> None:
 @click.argument("execution_id")
 @click.argument("checkpoint_id")
 @click.argument("decision", type=click.Choice(["approve", "reject"]))
-@click.option("--comment", default="", help="Why; the agent revises from a rejection's comment.")
+@click.option("--comment", default="", help="Why; required to reject: the agent revises from it.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Approve with this argument of the checkpoint's tool call changed (repeatable), e.g. --set subject=\"Hi\".",
+)
 @click.pass_context
-def checkpoints_decide(ctx: click.Context, execution_id: str, checkpoint_id: str, decision: str, comment: str) -> None:
+def checkpoints_decide(
+    ctx: click.Context, execution_id: str, checkpoint_id: str, decision: str, comment: str, settings: tuple[str, ...]
+) -> None:
     """Approve or reject a checkpoint that waits for you."""
-    answer = _run(ctx, lambda client: client.decide(execution_id, checkpoint_id, decision, comment))
+    if decision == "reject" and not comment.strip():
+        raise click.UsageError("a rejection needs --comment: say what should change")
+    if settings and decision != "approve":
+        raise click.UsageError("--set goes with approve only: a rejection changes nothing")
+    edits: dict[str, str] = {}
+    for setting in settings:
+        name, equals, value = setting.partition("=")
+        if not equals or not name.strip():
+            raise click.UsageError(f"--set takes NAME=VALUE, not {setting!r}")
+        edits[name.strip()] = value
+    answer = _run(ctx, lambda client: client.decide(execution_id, checkpoint_id, decision, comment, edits or None))
     click.echo(f"{answer.checkpointId} {answer.decision.decision} by {answer.decision.by} via {answer.decision.via}")
+    for name, value in (answer.decision.editedArgs or {}).items():
+        click.echo(f"  {name} changed to {value!r}")
 

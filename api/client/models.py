@@ -70,6 +70,8 @@ class ExecutionPatch(_Request):
 class DecisionRequest(_Request):
     decision: Literal["approve", "reject"]
     comment: str = ""
+    # Approve only: the arguments of the checkpoint's tool call to change before it runs.
+    editedArgs: dict[str, Any] | None = None
 
 
 # Answers ------------------------------------------------------------------------------------------------------
@@ -92,6 +94,14 @@ class Decision(_Answer):
     at: datetime
     comment: str | None = None
     attempt: int = 1
+    originalArgs: dict[str, Any] | None = None
+    editedArgs: dict[str, Any] | None = None
+
+
+class NextAction(_Answer):
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    editable: bool = False
 
 
 class Attempt(Decision):
@@ -106,6 +116,7 @@ class CheckpointState(_Answer):
     origin: str = "caller"
     status: str
     awaitingSince: datetime | None = None
+    nextAction: NextAction | None = None
     decision: Decision | None = None
     attempt: int = 1
     attempts: list[Attempt] = Field(default_factory=list)

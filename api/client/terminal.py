@@ -31,6 +31,25 @@ def _clip(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _action_lines(payload: dict[str, Any]) -> str:
+    """The proposed call under a checkpoint's line: the tool, then every argument in full, each line of a long
+    value indented under its name (the terminal wraps them; nothing is cut)."""
+    action = payload.get("nextAction") or {}
+    if not action:
+        return ""
+    lines = [f"  next: {action.get('tool')}" + (f" ({action['instruction']})" if action.get("instruction") else "")]
+    for name, value in (action.get("args") or {}).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        first, *rest = text.split("\n")
+        lines.append(f"    {name}: {first}")
+        lines.extend(f"      {line}" for line in rest)
+    if action.get("editable"):
+        lines.append("  (approve with changed arguments: vouch checkpoints decide … approve --set name=value)")
+    if payload.get("readsComments") is False:
+        lines.append("  This agent cannot read comments: a rejection ends the run.")
+    return "\n" + "\n".join(lines)
+
+
 def describe(event: Event) -> str | None:
     """One line for an event, or None for events the conversation does not show."""
     p = event.payload
@@ -50,9 +69,7 @@ def describe(event: Event) -> str | None:
                 return f"  ✗ {p.get('tool')} failed: {_clip(p['error'])}"
             return f"  ✓ {p.get('tool')} {_clip(p.get('result'), 120)}"
         case "checkpoint.awaiting_review":
-            action = p.get("nextAction") or {}
-            nxt = f" (next: {action.get('tool')} {_clip(action.get('args', {}), 100)})" if action else ""
-            return f"? Checkpoint {p.get('stage')}: {p.get('verificationQuestion')}{nxt}"
+            return f"? Checkpoint {p.get('stage')}: {p.get('verificationQuestion')}" + _action_lines(p)
         case "checkpoint.decided":
             if p.get("via") == "auto":
                 return "· A checkpoint passed without review"
