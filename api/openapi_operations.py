@@ -267,7 +267,8 @@ OPERATIONS: tuple[Operation, ...] = (
         "Review",
         "Approve or reject a checkpoint",
         "The reviewer's programmatic channel. Only the execution's `assignedReviewer` may decide (the key's user "
-        "must be that e-mail address); the execution's owner sees a 403, anyone else a 404. The first answer wins "
+        "must be that e-mail address), and its `backupReviewer` once the waiting attempt was escalated to them; "
+        "the execution's owner sees a 403, anyone else a 404. The first answer wins "
         "whatever the channel (e-mail, web, chat, API); a later one is a 409 `already_decided` that names who "
         "decided, via what, and when. Approve resumes the agent (with `editedArgs`, its tool call runs with the "
         "reviewer's arguments); reject needs a `comment`: the agent revises from it, or, once `maxRevisions` is "
