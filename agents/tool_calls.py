@@ -106,7 +106,7 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         )
     )
     if bound is not None and bound.status in ("approved", "auto_approved"):
-        await _take_edits(session, call, bound)
+        await take_edits(session, call)
         return None
     checkpoint = bound or await gate_for_call(
         session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
@@ -117,15 +117,19 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
     return checkpoint
 
 
-async def _take_edits(session: AsyncSession, call: ToolCall, checkpoint: Checkpoint) -> None:
-    """The reviewer's approval edited some arguments (review.decide checked them): the call runs with them,
-    and keeps the agent's own in `proposed_args`."""
+async def take_edits(session: AsyncSession, call: ToolCall) -> None:
+    """An approval of a checkpoint bound to this call edited some arguments (review.decide checked them): the
+    call runs with them, and keeps the agent's own in `proposed_args`. Once: a call already edited is left."""
+    if call.proposed_args is not None:
+        return
     edited = await session.scalar(
-        sa.select(Decision.edited_args).where(
-            Decision.checkpoint_id == checkpoint.id, Decision.attempt == checkpoint.attempt
-        )
+        sa.select(Decision.edited_args)
+        .join(Checkpoint, sa.and_(Checkpoint.id == Decision.checkpoint_id, Checkpoint.attempt == Decision.attempt))
+        .where(Checkpoint.tool_call_id == call.id, Decision.decision == "approve", Decision.edited_args.is_not(None))
+        .order_by(Decision.decided_at.desc())
+        .limit(1)
     )
-    if edited and call.proposed_args is None:
+    if edited:
         call.proposed_args = dict(call.args)
         call.args = {**call.args, **edited}
         await session.flush()

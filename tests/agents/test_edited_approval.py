@@ -127,13 +127,24 @@ async def test_edits_the_tool_would_refuse_are_refused_naming_the_argument(
     assert (snap.execution.status, snap.decisions) == ("awaiting_review", [])
 
 
-async def test_a_checkpoint_before_a_step_has_no_call_to_edit(db: Database, settings: Settings) -> None:
+async def test_a_caller_checkpoint_holds_its_steps_call_and_approves_it_edited(
+    db: Database, settings: Settings
+) -> None:
+    """The rule-based agent cannot read a comment: editing is how its action changes, at a caller's checkpoint too."""
     exe = await new_execution(db, settings, NOTE_THEN_MAIL, checkpoints=[BEFORE_SENDING], test_mode="with-verification")
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
     (checkpoint,) = snap.checkpoints
-    assert checkpoint.next_action is not None and checkpoint.next_action["editable"] is False
-    with pytest.raises(InvalidInput, match="not a tool call to edit") as refused:
-        async with db.transaction() as session:
-            await decide(session, checkpoint.id, "approve", by=REVIEWER, via="chat", edited_args={"subject": "X"})
-    assert refused.value.pointer == "/editedArgs"
+    held = [c for c in snap.calls if c.tool == "send_email"]
+    assert [c.status for c in held] == ["proposed"] and snap.mails == []
+    assert checkpoint.next_action is not None and checkpoint.next_action["editable"] is True
+    assert checkpoint.next_action["toolCallId"] == held[0].id == checkpoint.tool_call_id
+    proposed = dict(checkpoint.next_action["args"])
+    async with db.transaction() as session:
+        await decide(session, checkpoint.id, "approve", by=REVIEWER, via="chat", edited_args={"subject": "Edited"})
+    await claim_and_run(db, settings)
+    snap = await snapshot(db, exe)
+    assert snap.execution.status == "completed", snap.execution.error
+    assert [(m.recipient, m.subject) for m in snap.mails] == [(proposed["to"], "Edited")]
+    (sent,) = [c for c in snap.calls if c.tool == "send_email"]
+    assert (sent.args, sent.proposed_args) == ({**proposed, "subject": "Edited"}, proposed)

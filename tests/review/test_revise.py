@@ -74,7 +74,10 @@ async def test_reject_sends_the_comment_back_and_the_agent_asks_again(db: Databa
     assert [a["attempt"] for a in asks] == [1, 2]
     assert asks[1]["nextAction"] == asks[0]["nextAction"]  # the same checkpoint, before the same step
     # The step done before the checkpoint is not repeated: its side effect happened once.
-    assert [(c.tool, c.step_index) for c in snap.calls] == [("write_file", 0)]
+    assert [(c.tool, c.step_index, c.status) for c in snap.calls] == [
+        ("write_file", 0, "succeeded"),
+        ("send_email", 1, "proposed"),  # held back by the checkpoint, once, across both attempts
+    ]
 
     # A stale answer to attempt 1 is refused, naming its winner; attempt 2 is answered normally.
     with pytest.raises(AlreadyDecided, match=r"already rejected by reviewer@example\.com via web at .*Z$"):
@@ -120,7 +123,7 @@ async def test_the_rejection_after_max_revisions_ends_the_run(
     assert snap.payloads("execution.rejected")[0]["attempt"] == max_revisions + 1
     assert len(snap.payloads("checkpoint.revision_requested")) == max_revisions
     assert await claim_next(db, "worker-x", 30) is None
-    assert [c.tool for c in snap.calls] == ["write_file"]  # the e-mail was never sent
+    assert snap.mails == [] and [c.status for c in snap.calls if c.tool == "send_email"] == ["proposed"]
 
 
 async def test_a_rule_based_agent_s_rejection_ends_the_run_with_the_comment(db: Database, settings: Settings) -> None:
@@ -136,7 +139,7 @@ async def test_a_rule_based_agent_s_rejection_ends_the_run_with_the_comment(db: 
     (ended,) = snap.payloads("execution.rejected")
     assert (ended["comment"], ended["by"], ended["attempt"]) == (COMMENT, REVIEWER, 1)
     assert await claim_next(db, "worker-x", 30) is None
-    assert [c.tool for c in snap.calls] == ["write_file"]  # the e-mail was never sent
+    assert snap.mails == [] and [c.status for c in snap.calls if c.tool == "send_email"] == ["proposed"]
 
 
 async def test_every_person_s_rejection_needs_a_comment(db: Database, settings: Settings) -> None:
