@@ -12,7 +12,7 @@ from core.bus import Listening
 from core.web.services import Services, services
 
 if TYPE_CHECKING:
-    # api/status_cache.py reads the services of the request, so it cannot be loaded before this module is.
+    # A circle for the type checker only: api/status_cache.py finds its cache here, on the request's services.
     from api.status_cache import StatusCache
 
 
