@@ -18,6 +18,7 @@ from core.events import append_event
 from core.models import Checkpoint, Decision, ToolCall
 
 if TYPE_CHECKING:
+    # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
     from agents.runner import ExecutionRunner
 
 FINISH_ACTION = {"tool": "finish", "args": {}, "instruction": "finish the task"}

@@ -26,6 +26,7 @@ from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
 from review import decide
 
 if TYPE_CHECKING:
+    # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
     from agents.runner import ExecutionRunner
 
 

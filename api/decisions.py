@@ -9,9 +9,9 @@ from quart import Blueprint, request
 from api.auth import current_caller, require_scope
 from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, parse_body
-from api.services import db_session
 from api.tasks import json_body
 from core.models import Checkpoint, Execution, utcnow
+from core.web.services import db_session
 from review import AlreadyDecided, DecisionError, InvalidInput, NotReviewer, UnknownCheckpoint, decide
 from review.access import may_decide
 

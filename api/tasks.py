@@ -16,7 +16,6 @@ from api.concurrency import check_creates_serialised, no_free_slot, slot_free
 from api.idempotency import idempotent
 from api.problems import ApiError
 from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
-from api.services import db_session, services
 from api.status_cache import serve_status
 from core.bus import WAKE_CHANNEL
 from core.db import commits_alone, publish_after_commit
@@ -25,6 +24,7 @@ from core.events import add_numbered_events, announce_events
 from core.ids import new_id
 from core.links import chat_url
 from core.models import CHECKPOINTS, EVENTS, EXECUTIONS, Execution, utcnow
+from core.web.services import db_session, services
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/eval")
 

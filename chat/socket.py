@@ -30,7 +30,6 @@ from urllib.parse import urlsplit
 import socketio
 from quart import Quart
 
-from api.websession import current_viewer
 from chat.access import MAX_TOKEN, Access, Person, access_to, view_token_ok
 from chat.apikey import key_access, key_id_for, presented_key
 from chat.conversation import run_metrics, status_of
@@ -40,6 +39,7 @@ from core.events import event_message, events_after
 from core.models import Checkpoint, Execution
 from core.redis_bus import RedisBus
 from core.settings import Settings
+from core.web.sessions import current_viewer
 from review import DecisionError, InvalidInput, decide
 from review.by_mail import LinkRefused, decide_by_link
 from review.decisions import Verdict
@@ -93,7 +93,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
     async def _signed_in(self, cookie: str | None) -> tuple[Person | None, str | None]:
         """The signed-in user behind a Cookie header, and the session's CSRF token; checked afresh each time.
 
-        The lookup is the web pages' own (api.websession), run in a request context built from the
+        The lookup is the web pages' own (core.web.sessions), run in a request context built from the
         handshake's cookies, so expiry, sign-out and sliding behave exactly as they do for pages."""
         if not cookie:
             return None, None

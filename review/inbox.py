@@ -15,12 +15,12 @@ import sqlalchemy as sa
 from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.services import db_session, services
-from api.websession import CsrfError, client_addr, login_required, see_other, viewer
 from core.links import chat_url
 from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
-from core.pageheaders import add_page_headers
 from core.tool_args import argument_lines
+from core.web.headers import add_page_headers
+from core.web.services import db_session, services
+from core.web.sessions import CsrfError, client_addr, login_required, see_other, viewer
 from review.access import may_decide
 from review.decisions import DecisionError, InvalidInput, decide, decision_history
 

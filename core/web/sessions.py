@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from werkzeug.sansio.response import Response as AnyResponse
 from werkzeug.wrappers import Response as WerkzeugResponse
 
-from api.services import db_session, services
 from core.models import User, WebSession, utcnow
+from core.web.services import db_session, services
 
 # What Quart hands an after-request callback.
 Answer = Response | WerkzeugResponse

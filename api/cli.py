@@ -1,8 +1,9 @@
 """The `vouch` command: run the service and administer it.
 
-This is the composition root, so it may reach into sibling packages; it imports each lazily. A command loads
-only what it uses: `vouch keys create` in a script should not pay for the web app, the worker and the Socket.IO
-client (two seconds of imports on this machine, where the command's own work takes a few milliseconds).
+This is the composition root: it lives in `api`, the top layer (every way in), so it may start any part; it
+imports each lazily. A command loads only what it uses: `vouch keys create` in a script should not pay for the web
+app, the worker and the Socket.IO client (two seconds of imports on this machine, where the command's own work takes
+a few milliseconds).
 """
 
 from __future__ import annotations
@@ -75,9 +76,9 @@ class _LazyGroup(click.Group):
         "tasks": "api.client.cli:tasks",
         "checkpoints": "api.client.cli:checkpoints",
         # An operator's, which write to the database.
-        "users": "core.cli_accounts:users",
-        "keys": "core.cli_accounts:keys",
-        "webhooks": "core.cli_accounts:webhooks",
+        "users": "api.cli_accounts:users",
+        "keys": "api.cli_accounts:keys",
+        "webhooks": "api.cli_accounts:webhooks",
     },
 )
 def main() -> None:

@@ -11,6 +11,7 @@ from typing import TypeVar
 import click
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.cli import settings_or_exit
 from core import apikeys
 from core.accounts import (
     AccountError,
@@ -22,7 +23,6 @@ from core.accounts import (
     user_by_email,
 )
 from core.bus import InProcessBus
-from core.cli import settings_or_exit
 from core.db import Database
 from core.models import User, utcnow
 from core.settings import Settings

@@ -1,22 +1,18 @@
-"""What a request needs, held by the app (not by module globals), and its one DB session."""
+"""What a request needs, held by the app (not by module globals), and its one DB session.
+
+Every package's pages stand on this; the API's own per-process parts (rate limits, key caches) extend it in
+api/app_services.py, so nothing here imports upward."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from quart import Response, current_app, g, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.ratelimit import RateLimiter
-from api.usage import UsageRecorder
-from core.auth_cache import ApiKeyCache
-from core.bus import Bus, Listening
+from core.bus import Bus
 from core.db import Database
 from core.settings import Settings
-
-if TYPE_CHECKING:
-    from api.status_cache import StatusCache
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -26,14 +22,6 @@ class Services:
     settings: Settings
     bus: Bus
     db: Database
-    # API key uses, counted per process and written in batches (api/usage.py).
-    usage: UsageRecorder
-    # Requests per key (api/ratelimit.py): in process, or shared through Redis when configured.
-    rate_limiter: RateLimiter
-    # Per-process caches of API keys and status records, kept current over the bus (api/status_cache.py).
-    auth_cache: ApiKeyCache
-    status_cache: StatusCache
-    cache_listening: Listening
 
 
 def services() -> Services:
