@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from api.client import Client, VouchError, WaitTimeout
+from vouch_client import Client, VouchError, WaitTimeout
 
 TASK = {
     "taskName": "Nightly release-note check",

@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 
 from quart import Quart, request
-
-from api.client import WebhookVerificationError, verify_webhook
+from vouch_client import WebhookVerificationError, verify_webhook
 
 app = Quart(__name__)
 SECRET = os.environ["VOUCH_WEBHOOK_SECRET"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-
-from api.client import (
+from vouch_client import (
     Client,
     Conflict,
     CreatedTask,
@@ -16,6 +15,7 @@ from api.client import (
     StatusRecord,
     TaskSpec,
 )
+
 from tests.client.conftest import OWNER, Vouch, plain_task, reviewed_task
 from tests.client.helpers import status_when_sync
 

@@ -24,8 +24,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from api.client.errors import ApiError, error_from_response, retry_after_seconds
-from api.client.models import (
+from vouch_client.errors import ApiError, error_from_response, retry_after_seconds
+from vouch_client.models import (
     CreatedTask,
     DecisionAnswer,
     DecisionRequest,
