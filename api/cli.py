@@ -73,8 +73,8 @@ class _LazyGroup(click.Group):
     cls=_LazyGroup,
     lazy={
         # A caller's commands, which speak to a server over its API.
-        "tasks": "api.client.cli:tasks",
-        "checkpoints": "api.client.cli:checkpoints",
+        "tasks": "vouch_client.cli:tasks",
+        "checkpoints": "vouch_client.cli:checkpoints",
         # An operator's, which write to the database.
         "users": "api.cli_accounts:users",
         "keys": "api.cli_accounts:keys",

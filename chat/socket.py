@@ -111,7 +111,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
             token_ok = view_token_ok(self.settings.secret_key, auth["executionId"], auth["token"])
         key_id = None
         if person is None and not token_ok and (secret := presented_key(environ, auth)) is not None:
-            # Programmatic watchers (api/client) connect with their API key (chat/apikey.py).
+            # Programmatic watchers (vouch_client) connect with their API key (chat/apikey.py).
             async with self.db.reading() as session:
                 key_id = await key_id_for(session, secret, self.settings.secret_key)
         if person is None and not token_ok and key_id is None:

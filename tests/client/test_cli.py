@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
+from vouch_client import Client
 
-from api.client import Client
 from tests.client.conftest import Vouch, plain_task, reviewed_task
 from tests.client.helpers import status_when_sync
 from tests.support.processes import VOUCH

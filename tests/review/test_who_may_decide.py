@@ -22,8 +22,8 @@ import aiosmtplib
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from vouch_client.cli import checkpoints as checkpoints_cli
 
-from api.client.cli import checkpoints as checkpoints_cli
 from core.accounts import user_by_email
 from core.ids import new_id
 from core.links import chat_view_token

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from api.client.models import Event
-from api.client.terminal import describe
+from vouch_client.models import Event
+from vouch_client.terminal import describe
 
 
 def test_a_checkpoint_line_lists_every_argument_in_full_with_long_values_indented() -> None:

@@ -1,5 +1,8 @@
 """The caller's commands: `vouch tasks …` and `vouch checkpoints …`, over the API with an API key.
 
+The server's `vouch` command registers these two groups; with only this package installed the same commands are
+`vouch-client tasks …` and `vouch-client checkpoints …` (`main` below).
+
 Configured by VOUCH_URL and VOUCH_API_KEY (or --url / --api-key). Exit codes, so CI jobs can gate on them:
 
     0  completed (or, for commands that do not wait, success)
@@ -25,10 +28,10 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from api.client.aio import AsyncClient
-from api.client.errors import ApiError, StreamError, TransportError, VouchError, WaitTimeout
-from api.client.models import StatusRecord, TaskSpec
-from api.client.watching import watch
+from vouch_client.aio import AsyncClient
+from vouch_client.errors import ApiError, StreamError, TransportError, VouchError, WaitTimeout
+from vouch_client.models import StatusRecord, TaskSpec
+from vouch_client.watching import watch
 
 T = TypeVar("T")
 
@@ -123,6 +126,15 @@ def tasks(ctx: click.Context, url: str | None, api_key: str | None) -> None:
 def checkpoints(ctx: click.Context, url: str | None, api_key: str | None) -> None:
     """Answer checkpoints (the key's user must be the assigned reviewer; eval:manage)."""
     ctx.obj = {"url": url, "api_key": api_key}
+
+
+@click.group(cls=CallerGroup)
+def main() -> None:
+    """Vouch's caller commands: create, follow and answer evaluation tasks over the API."""
+
+
+main.add_command(tasks)
+main.add_command(checkpoints)
 
 
 def _read_task(path: str) -> TaskSpec:

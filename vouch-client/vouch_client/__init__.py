@@ -1,18 +1,18 @@
 """The Python client of the Vouch API: sync `Client`, asyncio `AsyncClient`, typed models, errors, webhooks.
 
-    from api.client import Client
+    from vouch_client import Client
 
     with Client("http://127.0.0.1:8000", "svc_eval_…") as vouch:
         created = vouch.create_task({"taskName": "…", "taskDescription": "…", "testMode": "without-verification"})
         final = vouch.wait(created.executionId, timeout=600)
         print(final.status, final.metrics.steps)
 
-It imports nothing of the server (no Quart, no database): a caller installs the project and uses only this.
+It imports nothing of the server (no Quart, no database): `pip install ./vouch-client` installs it alone.
 """
 
-from api.client.aio import AsyncClient
-from api.client.calls import RetryPolicy
-from api.client.errors import (
+from vouch_client.aio import AsyncClient
+from vouch_client.calls import RetryPolicy
+from vouch_client.errors import (
     ApiError,
     BadRequest,
     Conflict,
@@ -27,7 +27,7 @@ from api.client.errors import (
     VouchError,
     WaitTimeout,
 )
-from api.client.models import (
+from vouch_client.models import (
     FINAL_STATUSES,
     CheckpointSpec,
     CheckpointState,
@@ -44,8 +44,8 @@ from api.client.models import (
     StatusRecord,
     TaskSpec,
 )
-from api.client.sync import Client
-from api.client.webhooks import WebhookVerificationError, verify_webhook
+from vouch_client.sync import Client
+from vouch_client.webhooks import WebhookVerificationError, verify_webhook
 
 __all__ = [
     "FINAL_STATUSES",

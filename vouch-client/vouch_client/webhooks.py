@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from api.client.errors import VouchError
+from vouch_client.errors import VouchError
 
 TOLERANCE_SECONDS = 5 * 60
 SECRET_PREFIX = "whsec_"

@@ -9,9 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 from standardwebhooks.webhooks import Webhook
-
-from api.client import WebhookVerificationError, verify_webhook
-from api.client.webhooks import sign
+from vouch_client import WebhookVerificationError, verify_webhook
+from vouch_client.webhooks import sign
 
 SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
 OTHER = "whsec_" + base64.b64encode(b"another secret, another endpoint").decode()

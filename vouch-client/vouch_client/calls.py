@@ -24,8 +24,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel
 
-from api.client.errors import ApiError, error_from_response, retry_after_seconds
-from api.client.models import (
+from vouch_client.errors import ApiError, error_from_response, retry_after_seconds
+from vouch_client.models import (
     CreatedTask,
     DecisionAnswer,
     DecisionRequest,
@@ -38,6 +38,8 @@ from api.client.models import (
 T = TypeVar("T")
 USER_AGENT = "vouch-python-client/0.1"
 _RETRYABLE_STATUS = frozenset({502, 503, 504})
+# The 409 of a create whose Idempotency-Key is still being served: the first request's answer is coming, so wait.
+KEY_IN_USE = "idempotency_key_in_use"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class RetryPolicy:
         """Seconds to wait before trying `call` again after this answer; None: do not retry."""
         if attempt >= self.max_retries:
             return None
-        in_flight = response.status_code == 409 and _code(response) == "idempotency_key_in_use"
+        in_flight = response.status_code == 409 and _code(response) == KEY_IN_USE
         retryable = response.status_code == 429 or (in_flight and "Idempotency-Key" in call.headers)
         if not retryable and not (call.idempotent and response.status_code in _RETRYABLE_STATUS):
             return None

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from api.client.models import FieldError, Problem
+from vouch_client.models import FieldError, Problem
 
 
 class VouchError(Exception):

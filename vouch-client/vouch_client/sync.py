@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from api.client import calls
-from api.client.aio import AsyncClient, log, settings_from_env
-from api.client.errors import TransportError
-from api.client.models import (
+from vouch_client import calls
+from vouch_client.aio import AsyncClient, log, settings_from_env
+from vouch_client.errors import TransportError
+from vouch_client.models import (
     CreatedTask,
     DecisionAnswer,
     Event,

@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from api.client.models import Event, StatusRecord
+from vouch_client.models import Event, StatusRecord
 
 CLEAR_LINE = "\r\x1b[2K"
 STATE_WORDS = {

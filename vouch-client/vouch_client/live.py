@@ -17,8 +17,8 @@ from typing import Any
 
 import socketio
 
-from api.client.errors import StreamError
-from api.client.models import Event
+from vouch_client.errors import StreamError
+from vouch_client.models import Event
 
 log = logging.getLogger("vouch.client")
 

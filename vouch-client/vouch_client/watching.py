@@ -18,10 +18,10 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any, TextIO
 
-from api.client.aio import AsyncClient
-from api.client.errors import ApiError, StreamError, WaitTimeout
-from api.client.models import Event, StatusRecord
-from api.client.terminal import LiveView
+from vouch_client.aio import AsyncClient
+from vouch_client.errors import ApiError, StreamError, WaitTimeout
+from vouch_client.models import Event, StatusRecord
+from vouch_client.terminal import LiveView
 
 PROMPT = "Checkpoint {stage}: {question} — [a]pprove, [r]eject <comment>, [s]kip > "
 REASON_PROMPT = "Why reject? (the agent revises from your comment) > "

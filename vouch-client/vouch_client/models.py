@@ -54,6 +54,10 @@ class TaskSpec(_Request):
     testMode: Literal["with-verification", "without-verification"] = "with-verification"
     assignedReviewer: str | None = None
     webhookUrl: str | None = None
+    # Events to send besides the completion notification: "checkpoint.awaiting_review", "checkpoint.decided".
+    webhookEvents: list[str] | None = None
+    # This task's model instead of the service's default: "offline", "openai:<model>", a profile's name, ….
+    agentModel: str | None = None
     maxRevisions: int | None = None
     backupReviewer: str | None = None
     reviewDeadline: int | None = None

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from api.client import calls
-from api.client.errors import StreamError, TransportError, VouchError, WaitTimeout
-from api.client.models import (
+from vouch_client import calls
+from vouch_client.errors import StreamError, TransportError, VouchError, WaitTimeout
+from vouch_client.models import (
     CreatedTask,
     DecisionAnswer,
     Event,
@@ -149,7 +149,7 @@ class AsyncClient:
         restarting) is reconnected for up to `reconnect_for` seconds and resumes after the last seq seen.
         """
         # Imported here: the Socket.IO client is half a second of imports that only following needs.
-        from api.client.live import follow
+        from vouch_client.live import follow
 
         return follow(self.base_url, self._api_key, execution_id, after_seq=after_seq, reconnect_for=reconnect_for)
 
