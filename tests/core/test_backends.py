@@ -19,7 +19,6 @@ FEATURE_PACKAGES = ("agents", "api", "chat", "review", "core")
 ALLOWED = {
     "core/backends": "the backends themselves",
     "core/migrations": "Alembic scripts, each run against the one database it migrates",
-    "core/models.py": "UTCDateTime's bind processor: SQLAlchemy hands a column type the dialect to convert for",
 }
 DIALECT_NAMES = {"sqlite", "postgresql"}
 
