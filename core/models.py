@@ -25,8 +25,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime stored; use aware UTC datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        # SQLite keeps the text of the UTC time (its DATETIME writes no zone); PostgreSQL a timestamptz.
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
