@@ -140,8 +140,9 @@ def agent_line(model: str) -> str:
     if model == "offline":
         return (
             "Default agent: offline (rule-based, no language model): it carries out only the small vocabulary in "
-            "README 'The offline agent' and fails any other task with task_not_understood. To use a model, set "
-            "VOUCH_AGENT_MODEL (openai:<model>, anthropic:<model>; README 'Agents backed by a language model')."
+            "docs/agents.md ('The offline agent') and fails any other task with task_not_understood. To use a "
+            "model, set VOUCH_AGENT_MODEL (a profile of VOUCH_MODELS_FILE, openai:<model> or anthropic:<model>; "
+            "docs/agents.md 'Model profiles')."
         )
     return f"Default agent: {model} (model); tasks may name another with agentModel."
 
