@@ -28,6 +28,7 @@ from core.events import append_event
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel, EventType
 from review import decide
 from review.notify import checkpoint_awaiting
 from review.timers import schedule_timers
@@ -144,7 +145,7 @@ class ExecutionRunner:
                 execution.agent_state = state
                 if state["agent"] == offline.MODEL_NAME:
                     await append_event(
-                        session, self.execution_id, "agent.message", {"text": offline.plan_message(state)}
+                        session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
                     )
             else:
                 state = dict(execution.agent_state)
@@ -237,7 +238,7 @@ class ExecutionRunner:
         """Without verification the checkpoint is recorded auto-approved and the agent goes on (True);
         with it, the execution pauses here (False)."""
         if mode.without_verification:
-            await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+            await decide(session, checkpoint.id, "approve", by="vouch", via=Channel.AUTO)
             return True
         await self.pause(session, checkpoint, next_action, guards)
         return False
@@ -274,7 +275,7 @@ class ExecutionRunner:
         await append_event(
             session,
             self.execution_id,
-            "checkpoint.awaiting_review",
+            EventType.CHECKPOINT_AWAITING_REVIEW,
             {
                 "checkpointId": checkpoint.id,
                 "position": checkpoint.position,
@@ -302,8 +303,10 @@ class ExecutionRunner:
             .where(Execution.id == self.execution_id)
             .values(status="completed", completed_at=now, result=result, worker_id=None, lease_until=None)
         )
-        await append_event(session, self.execution_id, "agent.message", {"text": result["summary"]})
-        await append_event(session, self.execution_id, "execution.completed", {"status": "completed", "result": result})
+        await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": result["summary"]})
+        await append_event(
+            session, self.execution_id, EventType.EXECUTION_COMPLETED, {"status": "completed", "result": result}
+        )
 
     async def _fail(self, exc: Exception) -> None:
         error = failure_of(exc)
@@ -324,7 +327,7 @@ class ExecutionRunner:
                     )
                 )
                 await append_event(
-                    session, self.execution_id, "execution.failed", {"status": "failed", "error": error}
+                    session, self.execution_id, EventType.EXECUTION_FAILED, {"status": "failed", "error": error}
                 )
         except LeaseLost:
             pass

@@ -23,6 +23,7 @@ from core.db import commits_alone
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
+from core.vocabulary import Channel, EventType
 from review import decide
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ async def open_call(
     )
     session.add(call)
     await session.flush()
-    await append_event(session, runner.execution_id, "tool.call", _call_event(call.id, tool, args))
+    await append_event(session, runner.execution_id, EventType.TOOL_CALL, _call_event(call.id, tool, args))
     return call
 
 
@@ -113,7 +114,7 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
     )
     if mode.without_verification:
-        await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+        await decide(session, checkpoint.id, "approve", by="vouch", via=Channel.AUTO)
         return None
     return checkpoint
 
@@ -186,7 +187,10 @@ async def run_call(
         runner.spend(state, seconds=elapsed)
         await runner.save(session, state)
         await append_event(
-            session, runner.execution_id, "tool.result", _result_event(call.id, call.tool, result, error, elapsed)
+            session,
+            runner.execution_id,
+            EventType.TOOL_RESULT,
+            _result_event(call.id, call.tool, result, error, elapsed),
         )
     return answer
 
@@ -237,8 +241,8 @@ async def run_in_place(
     runner.spend(state, seconds=elapsed)
     events = [
         *step.before,
-        ("tool.call", _call_event(call_id, step.tool, step.args)),
-        ("tool.result", _result_event(call_id, step.tool, result, error, elapsed)),
+        (EventType.TOOL_CALL, _call_event(call_id, step.tool, step.args)),
+        (EventType.TOOL_RESULT, _result_event(call_id, step.tool, result, error, elapsed)),
     ]
     added = await append_events(
         session,

@@ -25,21 +25,30 @@ from core.errors import error_object
 from core.ids import new_id
 from core.metrics import execution_metrics
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
+from core.vocabulary import ENDING_EVENTS, FINAL, EventType
 
 if TYPE_CHECKING:
     # A circle for the type checker only: core/events.py calls enqueue_for_event with the event it just added.
     from core.events import AddedEvent
 
 WEBHOOK_CHANNEL = "vouch:webhooks"
-COMPLETION = "execution.completed"
-OPTIONAL_EVENTS = ("checkpoint.awaiting_review", "checkpoint.decided")
-FINAL_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.rejected", "execution.cancelled"})
+COMPLETION = EventType.EXECUTION_COMPLETED
+OPTIONAL_EVENTS = (EventType.CHECKPOINT_AWAITING_REVIEW, EventType.CHECKPOINT_DECIDED)
+FINAL_EVENTS = ENDING_EVENTS
 # The event types append_event hands over; anything else costs the hot path one set lookup only.
 WEBHOOK_EVENT_TYPES = FINAL_EVENTS | frozenset(OPTIONAL_EVENTS)
-FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
 # Fields of a checkpoint event's payload that go out; the rest (the agent's next action) stays private.
 _CHECKPOINT_FIELDS = (
-    "checkpointId", "position", "stage", "verificationQuestion", "attempt", "decision", "by", "via", "comment", "at",
+    "checkpointId",
+    "position",
+    "stage",
+    "verificationQuestion",
+    "attempt",
+    "decision",
+    "by",
+    "via",
+    "comment",
+    "at",
 )
 STATUS_PATH = "/api/eval/status/{execution_id}"
 
@@ -153,7 +162,7 @@ async def redeliver(session: AsyncSession, execution: Execution) -> WebhookDeliv
         raise RedeliveryRefused("not_found", f"no execution {execution.id}")
     if not row.webhook_url:
         raise RedeliveryRefused("webhook_not_configured", "the execution has no webhookUrl to deliver to")
-    if row.status not in FINAL_STATUSES:
+    if row.status not in FINAL:
         raise RedeliveryRefused(
             "execution_not_finished", f"the execution is {row.status}; its completion is sent once it finishes"
         )
@@ -181,9 +190,7 @@ def attempt_record(attempt: WebhookAttempt) -> dict[str, Any]:
     }
 
 
-async def deliveries_of(
-    session: AsyncSession, execution_id: str
-) -> list[tuple[WebhookDelivery, list[WebhookAttempt]]]:
+async def deliveries_of(session: AsyncSession, execution_id: str) -> list[tuple[WebhookDelivery, list[WebhookAttempt]]]:
     """An execution's deliveries, oldest first, each with its attempts in order: the delivery log."""
     deliveries = list(
         await session.scalars(

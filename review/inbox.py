@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.links import chat_url
 from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
 from core.tool_args import argument_lines
+from core.vocabulary import Channel, EventType
 from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import CsrfError, client_addr, login_required, see_other, viewer
@@ -103,24 +104,24 @@ async def decided_by(session: AsyncSession, email: str) -> list[tuple[Decision, 
 def event_line(type_: str, payload: dict[str, Any]) -> str:
     """One event as a line of the detail page's context (the chat page shows them in full)."""
     match type_:
-        case "agent.message":
+        case EventType.AGENT_MESSAGE:
             return str(payload.get("text", ""))
-        case "tool.call":
+        case EventType.TOOL_CALL:
             return f"Tool call: {payload.get('tool')}"
-        case "tool.result":
+        case EventType.TOOL_RESULT:
             return f"Tool result: {payload.get('tool')}"
-        case "checkpoint.awaiting_review":
+        case EventType.CHECKPOINT_AWAITING_REVIEW:
             return f"Waiting for review at {payload.get('stage')!r} (attempt {payload.get('attempt', 1)})"
-        case "checkpoint.decided":
+        case EventType.CHECKPOINT_DECIDED:
             return (
                 f"{payload.get('decision')} by {payload.get('by')} via {payload.get('via')} "
                 f"(attempt {payload.get('attempt', 1)})" + (f": {payload['comment']}" if payload.get("comment") else "")
             )
-        case "review.reminder_sent" | "review.escalated":
+        case EventType.REVIEW_REMINDER_SENT | EventType.REVIEW_ESCALATED:
             return f"{type_.split('.')[1].replace('_', ' ').capitalize()} to {payload.get('to')}"
-        case "review.deadline_passed":
+        case EventType.REVIEW_DEADLINE_PASSED:
             return f"The review deadline passed; policy {payload.get('policy')}"
-        case "mail.failed":
+        case EventType.MAIL_FAILED:
             return f"Mail to {payload.get('to')} could not be sent: {payload.get('reason')}"
     return type_
 
@@ -249,7 +250,7 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             checkpoint.id,
             "approve" if verdict == "approve" else "reject",
             by=email,
-            via="web",
+            via=Channel.WEB,
             comment=comment,
             remote_addr=client_addr(),
             attempt=attempt,  # the attempt the reviewer saw: a stale form cannot answer a newer one

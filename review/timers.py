@@ -29,6 +29,7 @@ from core.links import chat_url
 from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, ReviewTimer, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel, EventType
 from review.decisions import Outcome, decide
 
 log = logging.getLogger(__name__)
@@ -119,10 +120,12 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
             execution_id=execution.id,
             smtp_configured=settings.smtp_url is not None,
         )
-        event = "review.reminder_sent" if timer.kind == "reminder" else "review.escalated"
+        event = EventType.REVIEW_REMINDER_SENT if timer.kind == "reminder" else EventType.REVIEW_ESCALATED
         await append_event(session, execution.id, event, {**where, "to": to})
         return True
-    await append_event(session, execution.id, "review.deadline_passed", {**where, "policy": execution.on_deadline})
+    await append_event(
+        session, execution.id, EventType.REVIEW_DEADLINE_PASSED, {**where, "policy": execution.on_deadline}
+    )
     policy: Outcome = "reject"
     if execution.on_deadline == "approve":
         policy = "approve"
@@ -133,7 +136,7 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
         checkpoint.id,
         policy,
         by="vouch",
-        via="timeout",
+        via=Channel.TIMEOUT,
         comment="No decision before the review deadline.",
         attempt=timer.attempt,
     )

@@ -15,6 +15,7 @@ from core.events import append_event
 from core.links import chat_view_token
 from core.models import Execution, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide
 from tests.chat.helpers import REVIEWER, new_execution, pause_at_first_checkpoint, sign_in
 
@@ -125,7 +126,7 @@ async def test_the_whole_history_is_rendered_on_the_server(app: Quart, settings:
         await append_event(session, execution_id, "tool.result", result)
     checkpoint_id = await pause_at_first_checkpoint(db, execution_id)
     async with db.transaction() as session:
-        await decide(session, checkpoint_id, "approve", by=REVIEWER, via="chat", comment="fine by me")
+        await decide(session, checkpoint_id, "approve", by=REVIEWER, via=Channel.CHAT, comment="fine by me")
     async with db.transaction() as session:
         await append_event(session, execution_id, "execution.resumed", {"worker": "w2"})
         done = {"status": "completed", "result": {"summary": "ok", "steps": ["wrote a.md"], "unrecognised": []}}
