@@ -24,6 +24,7 @@ from agents.policy import RunMode
 from agents.providers import ModelRegistry
 from core.db import Database
 from core.errors import ExecutionFailed, FailureCode, failure
+from core.event_payloads import CheckpointAwaitingReview
 from core.events import append_event
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
@@ -272,25 +273,22 @@ class ExecutionRunner:
             .where(Execution.id == self.execution_id)
             .values(status="awaiting_review", worker_id=None, lease_until=None)
         )
-        await append_event(
-            session,
-            self.execution_id,
-            EventType.CHECKPOINT_AWAITING_REVIEW,
-            {
-                "checkpointId": checkpoint.id,
-                "position": checkpoint.position,
-                "stage": checkpoint.stage,
-                "description": checkpoint.description,
-                "verificationQuestion": checkpoint.verification_question,
-                "origin": checkpoint.origin,
-                "attempt": checkpoint.attempt,
-                "toolCallId": checkpoint.tool_call_id,
-                "nextAction": next_action,
-                **({"guards": guards} if guards is not None else {}),
-                # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
-                "readsComments": reads_comments,
-            },
-        )
+        awaiting: CheckpointAwaitingReview = {
+            "checkpointId": checkpoint.id,
+            "position": checkpoint.position,
+            "stage": checkpoint.stage,
+            "description": checkpoint.description,
+            "verificationQuestion": checkpoint.verification_question,
+            "origin": checkpoint.origin,
+            "attempt": checkpoint.attempt,
+            "toolCallId": checkpoint.tool_call_id,
+            "nextAction": next_action,
+            # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
+            "readsComments": reads_comments,
+        }
+        if guards is not None:
+            awaiting["guards"] = guards
+        await append_event(session, self.execution_id, EventType.CHECKPOINT_AWAITING_REVIEW, awaiting)
         # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.
         await schedule_timers(session, self.settings, self.execution_id, checkpoint, now)
         # The review mail (links + reply token), queued in this same transaction: exactly once per attempt.

@@ -20,6 +20,7 @@ from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core.db import commits_alone
+from core.event_payloads import ToolCallPayload, ToolResult
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
@@ -37,15 +38,19 @@ _FENCED_STEP = seq_allocation(
 )
 
 
-def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> ToolCallPayload:
     return {"toolCallId": call_id, "tool": tool, "args": args, "actsOnWorld": TOOLS[tool].acts_on_world}
 
 
 def _result_event(
     call_id: str, tool: str, result: dict[str, Any] | None, error: str | None, seconds: float
-) -> dict[str, Any]:
-    outcome: dict[str, Any] = {"error": error} if error is not None else {"result": result}
-    return {"toolCallId": call_id, "tool": tool, **outcome, "durationMs": round(seconds * 1000, 3)}
+) -> ToolResult:
+    event: ToolResult = {"toolCallId": call_id, "tool": tool, "durationMs": round(seconds * 1000, 3)}
+    if error is not None:
+        event["error"] = error
+    else:
+        event["result"] = result
+    return event
 
 
 def _answer(result: dict[str, Any] | None, error: str | None) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from api.status_cache import invalidate_status_after_commit
 from api.tasks import execution_chat_url, json_body
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
+from core.event_payloads import ExecutionUpdated
 from core.events import append_event, isoformat
 from core.models import Checkpoint, Execution, utcnow
 from core.vocabulary import ACTIVE, EXECUTION_STATUSES, FINAL, EventType, ExecutionStatus
@@ -145,7 +146,7 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
     if execution.status in FINAL:
         raise _finished(execution_id, execution.status, "it can no longer be changed")
     changes: dict[str, Any] = {}
-    events: list[dict[str, Any]] = []
+    events: list[ExecutionUpdated] = []
     given = patch.model_fields_set
     if "assignedReviewer" in given and patch.assignedReviewer != execution.assigned_reviewer:
         if patch.assignedReviewer is None:
@@ -160,10 +161,24 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
                     errors=[{"pointer": "/assignedReviewer", "detail": REVIEWER_REQUIRED}],
                 )
         changes["assigned_reviewer"] = patch.assignedReviewer
-        events.append({"field": "assignedReviewer", "from": execution.assigned_reviewer, "to": patch.assignedReviewer})
+        events.append(
+            {
+                "field": "assignedReviewer",
+                "from": execution.assigned_reviewer,
+                "to": patch.assignedReviewer,
+                "by": caller.email,
+            }
+        )
     if "webhookUrl" in given and patch.webhookUrl != execution.webhook_url:
         changes["webhook_url"] = patch.webhookUrl
-        events.append({"field": "webhookUrl", "from": _host(execution.webhook_url), "to": _host(patch.webhookUrl)})
+        events.append(
+            {
+                "field": "webhookUrl",
+                "from": _host(execution.webhook_url),
+                "to": _host(patch.webhookUrl),
+                "by": caller.email,
+            }
+        )
     if changes:
         # review.decide checks the reviewer on the locked execution row, so a waiting checkpoint is from
         # here on decidable by the new reviewer only, on every channel.
@@ -175,7 +190,7 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
             await session.refresh(execution)
             raise _finished(execution_id, execution.status, "it can no longer be changed")
         for payload in events:
-            await append_event(session, execution_id, EventType.EXECUTION_UPDATED, {**payload, "by": caller.email})
+            await append_event(session, execution_id, EventType.EXECUTION_UPDATED, payload)
         if "assigned_reviewer" in changes:
             await session.refresh(execution)
             await reviewer_replaced(session, services().settings, execution)

@@ -11,6 +11,7 @@ from quart import Blueprint, Response, abort, render_template, request, send_fro
 from chat.access import Person, access_to, view_token_ok
 from chat.conversation import clock, fold, messages_of, run_metrics, status_of
 from core.events import events_after, isoformat
+from core.vocabulary import ENDING_EVENTS, EventType
 from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import current_viewer, signin_url
@@ -60,6 +61,13 @@ def duration(ms: Any) -> str:
 def clock_filter(value: Any) -> str:
     return clock(value)
 
+# The words chat-view.js compares against, from the one vocabulary (core/vocabulary.py) rather than a copy in
+# the script: the page embeds them as a JSON data block.
+SCRIPT_VOCABULARY: dict[str, dict[str, str]] = {
+    "eventTypes": {member.name: member.value for member in EventType},
+    "outcomes": {event.value: event.value.removeprefix("execution.") for event in sorted(ENDING_EVENTS)},
+}
+
 
 @blueprint.get("/chat/<execution_id>")
 async def chat_page(execution_id: str) -> tuple[str, int] | str:
@@ -101,6 +109,7 @@ async def chat_page(execution_id: str) -> tuple[str, int] | str:
         token=token if token and view_token_ok(services().settings.secret_key, execution.id, token) else "",
         # The review mail's reviewer token (`rt`): handed on only when it made this watcher the decider.
         reviewer_token=request.args.get("rt") if access.can_decide and not access.via_session else "",
+        vocabulary=SCRIPT_VOCABULARY,
     )
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
+from core.event_payloads import CheckpointDecided, DecisionJson
 from core.events import append_event, isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
@@ -37,7 +38,7 @@ class DecisionRecord:
     original_args: dict[str, Any] | None = None
     edited_args: dict[str, Any] | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> DecisionJson:
         # The request address stays out of this shape: it goes into events, which view-link holders see.
         return {
             "decision": self.decision,
@@ -275,9 +276,8 @@ async def decide(
     # Flushed here: the unique (checkpoint_id, attempt) is the database's own guard against a second answer.
     await session.flush()
     record = DecisionRecord.of(row)
-    await append_event(
-        session, execution_id, EventType.CHECKPOINT_DECIDED, {"checkpointId": checkpoint_id, **record.as_json()}
-    )
+    decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
+    await append_event(session, execution_id, EventType.CHECKPOINT_DECIDED, decided)
     if via == "auto":
         return record
     revise = False

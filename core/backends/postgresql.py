@@ -6,7 +6,7 @@ data-modifying CTE), and a transaction of one statement commits by itself: round
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -139,7 +139,7 @@ class PostgresBackend(Backend):
         self,
         session: AsyncSession,
         execution_id: str,
-        items: Sequence[tuple[str, dict[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any]]],
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],
