@@ -25,7 +25,8 @@ from api.tasks import execution_chat_url, json_body
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
 from core.event_payloads import ExecutionUpdated
-from core.events import append_event, isoformat
+from core.events import append_event
+from core.formatting import isoformat
 from core.models import Checkpoint, Execution, utcnow
 from core.vocabulary import ACTIVE, EXECUTION_STATUSES, FINAL, EventType, ExecutionStatus
 from core.web.services import db_session, services

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -190,15 +189,6 @@ def status_of(execution: Execution) -> dict[str, Any]:
         # The last event this state reflects: a client holding later events keeps what they say.
         "lastSeq": execution.last_seq,
     }
-
-
-def clock(moment: datetime | str | None) -> str:
-    """A UTC time of day for the server-rendered page (the script shows local time instead)."""
-    if moment is None:
-        return ""
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    return moment.strftime("%H:%M:%S UTC")
 
 
 def messages_of(rows: Sequence[Event]) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from core.backends.base import event_rows
 from core.bus import execution_channel
 from core.db import event_after_commit, publish_after_commit
 from core.direct import DirectStatement, run_direct
+from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.vocabulary import EventType
 from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
@@ -43,12 +44,6 @@ def event_message(event: Event | AddedEvent) -> dict[str, Any]:
         "payload": event.payload,
         "at": isoformat(event.created_at),
     }
-
-
-def isoformat(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @overload

@@ -13,7 +13,6 @@ the execution has finished, and `data.status` tells how. A task can also ask (`w
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -22,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.bus import CACHE_CHANNEL
 from core.db import publish_after_commit
 from core.errors import error_object
+from core.formatting import isoformat
 from core.ids import new_id
 from core.metrics import execution_metrics
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
@@ -53,11 +53,6 @@ _CHECKPOINT_FIELDS = (
 STATUS_PATH = "/api/eval/status/{execution_id}"
 
 
-def _iso(moment: datetime | None) -> str | None:
-    # The format of core.events.isoformat, repeated: core.events imports this module, not the reverse.
-    return None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 class RedeliveryRefused(Exception):
     """A redelivery is impossible; `code` says why in a stable word."""
 
@@ -76,12 +71,12 @@ def _completion_payload(row: sa.Row[Any], metrics: dict[str, Any]) -> dict[str, 
     result = row.result if isinstance(row.result, dict) else {}
     return {
         "type": COMPLETION,
-        "timestamp": _iso(row.completed_at or utcnow()),
+        "timestamp": isoformat(row.completed_at or utcnow()),
         "data": {
             "executionId": row.id,
             "taskName": row.task_name,
             "status": row.status,
-            "completedAt": _iso(row.completed_at),
+            "completedAt": isoformat(row.completed_at),
             "summary": result.get("summary"),
             "error": error_object(row.error_info, row.error),
             "metrics": metrics,
@@ -95,7 +90,7 @@ def _checkpoint_payload(row: sa.Row[Any], event: AddedEvent) -> dict[str, Any]:
     data: dict[str, Any] = {"executionId": row.id, "taskName": row.task_name}
     data.update({key: event.payload[key] for key in _CHECKPOINT_FIELDS if key in event.payload})
     data["statusUrl"] = STATUS_PATH.format(execution_id=row.id)
-    return {"type": event.type, "timestamp": _iso(event.created_at), "data": data}
+    return {"type": event.type, "timestamp": isoformat(event.created_at), "data": data}
 
 
 _FACTS = (
@@ -182,7 +177,7 @@ def invalidate_status_after_commit(session: AsyncSession, execution_id: str) -> 
 def attempt_record(attempt: WebhookAttempt) -> dict[str, Any]:
     return {
         "number": attempt.number,
-        "at": _iso(attempt.started_at),
+        "at": isoformat(attempt.started_at),
         "statusCode": attempt.status_code,
         "latencyMs": attempt.latency_ms,
         "response": attempt.response_excerpt,
@@ -222,9 +217,9 @@ async def webhook_record(session: AsyncSession, execution: Execution) -> dict[st
                 "webhookId": delivery.id,
                 "type": delivery.event_type,
                 "status": delivery.status,
-                "createdAt": _iso(delivery.created_at),
-                "nextAttemptAt": _iso(delivery.next_attempt_at) if delivery.status == "pending" else None,
-                "finishedAt": _iso(delivery.finished_at),
+                "createdAt": isoformat(delivery.created_at),
+                "nextAttemptAt": isoformat(delivery.next_attempt_at) if delivery.status == "pending" else None,
+                "finishedAt": isoformat(delivery.finished_at),
                 "attempts": [attempt_record(attempt) for attempt in attempts],
             }
             for delivery, attempts in await deliveries_of(session, execution.id)

@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
 from core.event_payloads import CheckpointDecided, DecisionJson
-from core.events import append_event, isoformat
+from core.events import append_event
+from core.formatting import isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
 from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.formatting import age
 from core.links import chat_url
 from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
 from core.tool_args import argument_lines
@@ -49,14 +50,6 @@ class Waiting:
     execution: Execution
     age: timedelta
     deadline: datetime | None
-
-
-def age_text(age: timedelta) -> str:
-    minutes = int(age.total_seconds() // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours // 24} days"
 
 
 async def _deadline(session: AsyncSession, checkpoint: Checkpoint) -> datetime | None:
@@ -169,7 +162,7 @@ async def _detail(
         events=[(e, event_line(e.type, e.payload)) for e in reversed(events)],
         attempts=await decision_history(session, checkpoint.id),
         deadline=await _deadline(session, checkpoint),
-        age=age_text(now - checkpoint.awaiting_since) if checkpoint.awaiting_since else None,
+        age=age(now - checkpoint.awaiting_since) if checkpoint.awaiting_since else None,
         can_decide=can_decide,
         chat_link=chat_url(base, services().settings.secret_key, execution.id),
         error=error,
@@ -208,7 +201,7 @@ async def inbox() -> str:
         viewer=viewer(),
         waiting=await waiting_for(session, email, now),
         history=await decided_by(session, email),
-        age_text=age_text,
+        age_text=age,
         done=request.args.get("done"),
     )
 

@@ -14,7 +14,8 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.bus import WAKE_CHANNEL
 from core.db import Database
-from core.events import events_after, isoformat
+from core.events import events_after
+from core.formatting import isoformat
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Decision, Execution, utcnow
 from core.settings import Settings
