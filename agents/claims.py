@@ -18,6 +18,7 @@ from core.db import Database, commits_alone, one_of
 from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events
 from core.models import EXECUTIONS, UTCDateTime, utcnow
+from core.vocabulary import EventType
 
 RUNNABLE = ("queued", "running")
 
@@ -110,6 +111,6 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
             return None
         row = rows[0]
         claim = Claim(row[0], row[1])
-        started = [("execution.started" if claim.epoch == 1 else "execution.resumed", payload)]
+        started = [(EventType.EXECUTION_STARTED if claim.epoch == 1 else EventType.EXECUTION_RESUMED, payload)]
         await add_numbered_events(session, claim.execution_id, row[2], started, now)
     return claim

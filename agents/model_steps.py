@@ -31,6 +31,7 @@ from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
 from core.events import append_events
 from core.models import Checkpoint, ToolCall
+from core.vocabulary import EventType
 
 if TYPE_CHECKING:
     # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
@@ -79,8 +80,11 @@ class ModelDriver:
                 calls = [{"id": None, "tool": "finish", "args": {"summary": text}, "validArgs": True}]
             state["pending"] = calls
             state["returns"] = []
-            request = ("model.request", {**usage, "durationMs": round(elapsed * 1000, 3), "toolCalls": len(calls)})
-            said = [("agent.message", {"text": text})] if text else []
+            request = (
+                EventType.MODEL_REQUEST,
+                {**usage, "durationMs": round(elapsed * 1000, 3), "toolCalls": len(calls)},
+            )
+            said = [(EventType.AGENT_MESSAGE, {"text": text})] if text else []
             await append_events(session, self.execution_id, [request, *said])
             runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
             await runner.save(session, state)

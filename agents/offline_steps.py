@@ -16,6 +16,7 @@ from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
 from core.events import append_event
 from core.models import Checkpoint, Decision, ToolCall
+from core.vocabulary import EventType
 
 if TYPE_CHECKING:
     # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
@@ -47,7 +48,7 @@ class OfflineDriver:
                 await append_event(
                     session,
                     runner.execution_id,
-                    "agent.message",
+                    EventType.AGENT_MESSAGE,
                     {"text": text, "revision": {"checkpointId": checkpoint_id, "attempt": attempt, "comment": comment}},
                 )
         await runner.save(session, state)
@@ -97,7 +98,7 @@ class OfflineDriver:
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
                 self._began_here = True
-                message = ("agent.message", {"text": offline.step_message(step)})
+                message = (EventType.AGENT_MESSAGE, {"text": offline.step_message(step)})
                 await tool_calls.run_in_place(
                     runner,
                     session,
@@ -138,7 +139,7 @@ class OfflineDriver:
         )
         if found is not None:
             return found
-        await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
+        await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.step_message(step)})
         return await tool_calls.open_call(self.runner, session, cursor, step["tool"], step["args"])
 
     def _advanced(self, state: dict[str, Any], cursor: int) -> Callable[[dict[str, Any]], None]:

@@ -24,10 +24,12 @@ from agents.policy import RunMode
 from agents.providers import ModelRegistry
 from core.db import Database
 from core.errors import ExecutionFailed, FailureCode, failure
+from core.event_payloads import CheckpointAwaitingReview
 from core.events import append_event
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel, EventType
 from review import decide
 from review.notify import checkpoint_awaiting
 from review.timers import schedule_timers
@@ -144,7 +146,7 @@ class ExecutionRunner:
                 execution.agent_state = state
                 if state["agent"] == offline.MODEL_NAME:
                     await append_event(
-                        session, self.execution_id, "agent.message", {"text": offline.plan_message(state)}
+                        session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
                     )
             else:
                 state = dict(execution.agent_state)
@@ -237,7 +239,7 @@ class ExecutionRunner:
         """Without verification the checkpoint is recorded auto-approved and the agent goes on (True);
         with it, the execution pauses here (False)."""
         if mode.without_verification:
-            await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+            await decide(session, checkpoint.id, "approve", by="vouch", via=Channel.AUTO)
             return True
         await self.pause(session, checkpoint, next_action, guards)
         return False
@@ -271,25 +273,22 @@ class ExecutionRunner:
             .where(Execution.id == self.execution_id)
             .values(status="awaiting_review", worker_id=None, lease_until=None)
         )
-        await append_event(
-            session,
-            self.execution_id,
-            "checkpoint.awaiting_review",
-            {
-                "checkpointId": checkpoint.id,
-                "position": checkpoint.position,
-                "stage": checkpoint.stage,
-                "description": checkpoint.description,
-                "verificationQuestion": checkpoint.verification_question,
-                "origin": checkpoint.origin,
-                "attempt": checkpoint.attempt,
-                "toolCallId": checkpoint.tool_call_id,
-                "nextAction": next_action,
-                **({"guards": guards} if guards is not None else {}),
-                # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
-                "readsComments": reads_comments,
-            },
-        )
+        awaiting: CheckpointAwaitingReview = {
+            "checkpointId": checkpoint.id,
+            "position": checkpoint.position,
+            "stage": checkpoint.stage,
+            "description": checkpoint.description,
+            "verificationQuestion": checkpoint.verification_question,
+            "origin": checkpoint.origin,
+            "attempt": checkpoint.attempt,
+            "toolCallId": checkpoint.tool_call_id,
+            "nextAction": next_action,
+            # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
+            "readsComments": reads_comments,
+        }
+        if guards is not None:
+            awaiting["guards"] = guards
+        await append_event(session, self.execution_id, EventType.CHECKPOINT_AWAITING_REVIEW, awaiting)
         # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.
         await schedule_timers(session, self.settings, self.execution_id, checkpoint, now)
         # The review mail (links + reply token), queued in this same transaction: exactly once per attempt.
@@ -302,8 +301,10 @@ class ExecutionRunner:
             .where(Execution.id == self.execution_id)
             .values(status="completed", completed_at=now, result=result, worker_id=None, lease_until=None)
         )
-        await append_event(session, self.execution_id, "agent.message", {"text": result["summary"]})
-        await append_event(session, self.execution_id, "execution.completed", {"status": "completed", "result": result})
+        await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": result["summary"]})
+        await append_event(
+            session, self.execution_id, EventType.EXECUTION_COMPLETED, {"status": "completed", "result": result}
+        )
 
     async def _fail(self, exc: Exception) -> None:
         error = failure_of(exc)
@@ -324,7 +325,7 @@ class ExecutionRunner:
                     )
                 )
                 await append_event(
-                    session, self.execution_id, "execution.failed", {"status": "failed", "error": error}
+                    session, self.execution_id, EventType.EXECUTION_FAILED, {"status": "failed", "error": error}
                 )
         except LeaseLost:
             pass

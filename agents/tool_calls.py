@@ -20,9 +20,11 @@ from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core.db import commits_alone
+from core.event_payloads import ToolCallPayload, ToolResult
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
+from core.vocabulary import Channel, EventType
 from review import decide
 
 if TYPE_CHECKING:
@@ -36,15 +38,19 @@ _FENCED_STEP = seq_allocation(
 )
 
 
-def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> ToolCallPayload:
     return {"toolCallId": call_id, "tool": tool, "args": args, "actsOnWorld": TOOLS[tool].acts_on_world}
 
 
 def _result_event(
     call_id: str, tool: str, result: dict[str, Any] | None, error: str | None, seconds: float
-) -> dict[str, Any]:
-    outcome: dict[str, Any] = {"error": error} if error is not None else {"result": result}
-    return {"toolCallId": call_id, "tool": tool, **outcome, "durationMs": round(seconds * 1000, 3)}
+) -> ToolResult:
+    event: ToolResult = {"toolCallId": call_id, "tool": tool, "durationMs": round(seconds * 1000, 3)}
+    if error is not None:
+        event["error"] = error
+    else:
+        event["result"] = result
+    return event
 
 
 def _answer(result: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
@@ -87,7 +93,7 @@ async def open_call(
     )
     session.add(call)
     await session.flush()
-    await append_event(session, runner.execution_id, "tool.call", _call_event(call.id, tool, args))
+    await append_event(session, runner.execution_id, EventType.TOOL_CALL, _call_event(call.id, tool, args))
     return call
 
 
@@ -113,7 +119,7 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
     )
     if mode.without_verification:
-        await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
+        await decide(session, checkpoint.id, "approve", by="vouch", via=Channel.AUTO)
         return None
     return checkpoint
 
@@ -186,7 +192,10 @@ async def run_call(
         runner.spend(state, seconds=elapsed)
         await runner.save(session, state)
         await append_event(
-            session, runner.execution_id, "tool.result", _result_event(call.id, call.tool, result, error, elapsed)
+            session,
+            runner.execution_id,
+            EventType.TOOL_RESULT,
+            _result_event(call.id, call.tool, result, error, elapsed),
         )
     return answer
 
@@ -237,8 +246,8 @@ async def run_in_place(
     runner.spend(state, seconds=elapsed)
     events = [
         *step.before,
-        ("tool.call", _call_event(call_id, step.tool, step.args)),
-        ("tool.result", _result_event(call_id, step.tool, result, error, elapsed)),
+        (EventType.TOOL_CALL, _call_event(call_id, step.tool, step.args)),
+        (EventType.TOOL_RESULT, _result_event(call_id, step.tool, result, error, elapsed)),
     ]
     added = await append_events(
         session,

@@ -25,10 +25,10 @@ from api.problems import ApiError
 from core.backends import Backend, backend_of
 from core.db import one_of
 from core.models import EXECUTIONS
+from core.vocabulary import ACTIVE
 
-ACTIVE_STATUSES = ("queued", "running", "awaiting_review")
 # Built once: every create runs one of them. Parameters `key_id` and `slot_limit`.
-_ACTIVE = (EXECUTIONS.c.api_key_id == sa.bindparam("key_id"), one_of(EXECUTIONS.c.status, ACTIVE_STATUSES))
+_ACTIVE = (EXECUTIONS.c.api_key_id == sa.bindparam("key_id"), one_of(EXECUTIONS.c.status, ACTIVE))
 _ACTIVE_BY_STATUS = sa.select(EXECUTIONS.c.status, sa.func.count()).where(*_ACTIVE).group_by(EXECUTIONS.c.status)
 
 # No finish time can be predicted (an execution may await a human for days): a polite polling interval.
@@ -37,7 +37,7 @@ RETRY_AFTER_SECONDS = 30
 
 def slot_free(backend: Backend) -> sa.ColumnElement[bool]:
     """The condition of a create's INSERT: the key (`key_id`) has fewer than `slot_limit` executions in progress."""
-    return backend.slot_free(ACTIVE_STATUSES)
+    return backend.slot_free(ACTIVE)
 
 
 def check_creates_serialised(session: AsyncSession) -> None:
@@ -51,7 +51,7 @@ async def no_free_slot(session: AsyncSession, key_id: str, limit: int) -> ApiErr
     rows = await session.execute(_ACTIVE_BY_STATUS, {"key_id": key_id})
     by_status: dict[str, int] = {status: count for status, count in rows}
     active = sum(by_status.values())
-    parts = ", ".join(f"{by_status[s]} {s.replace('_', ' ')}" for s in ACTIVE_STATUSES if by_status.get(s))
+    parts = ", ".join(f"{by_status[s]} {s.replace('_', ' ')}" for s in ACTIVE if by_status.get(s))
     return ApiError(
         429,
         "concurrent_limit_exceeded",

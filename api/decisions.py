@@ -11,6 +11,7 @@ from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, parse_body
 from api.tasks import json_body
 from core.models import Checkpoint, Execution, utcnow
+from core.vocabulary import Channel
 from core.web.services import db_session
 from review import AlreadyDecided, DecisionError, InvalidInput, NotReviewer, UnknownCheckpoint, decide
 from review.access import may_decide
@@ -46,7 +47,7 @@ async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict
             checkpoint_id,
             body.decision,
             by=caller.email,
-            via="api",
+            via=Channel.API,
             comment=body.comment,
             remote_addr=request.remote_addr,
             edited_args=body.editedArgs,

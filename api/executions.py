@@ -24,16 +24,16 @@ from api.status_cache import invalidate_status_after_commit
 from api.tasks import execution_chat_url, json_body
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
-from core.events import append_event, isoformat
+from core.event_payloads import ExecutionUpdated
+from core.events import append_event
+from core.formatting import isoformat
 from core.models import Checkpoint, Execution, utcnow
+from core.vocabulary import ACTIVE, EXECUTION_STATUSES, FINAL, EventType, ExecutionStatus
 from core.web.services import db_session, services
-from review.decisions import FINAL_STATUSES
 from review.reassign import reviewer_replaced
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/eval/executions")
 
-STATUSES = ("queued", "running", "awaiting_review", "completed", "failed", "rejected", "cancelled")
-ACTIVE_STATUSES = tuple(s for s in STATUSES if s not in FINAL_STATUSES)
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 _LIST_PARAMETERS = frozenset({"status", "limit", "cursor"})
 
@@ -47,9 +47,9 @@ def _invalid(parameter: str, detail: str) -> ApiError:
 def _statuses(args: MultiDict[str, str]) -> list[str]:
     """`status=a,b` and `status=a&status=b` both filter to a or b."""
     wanted = [s.strip() for value in args.getlist("status") for s in value.split(",") if s.strip()]
-    unknown = sorted(set(wanted) - set(STATUSES))
+    unknown = sorted(set(wanted) - set(EXECUTION_STATUSES))
     if unknown:
-        raise _invalid("status", f"unknown status {', '.join(unknown)}; one of {', '.join(STATUSES)}")
+        raise _invalid("status", f"unknown status {', '.join(unknown)}; one of {', '.join(EXECUTION_STATUSES)}")
     return wanted
 
 
@@ -144,10 +144,10 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
     caller, session = current_caller(), db_session()
     execution = await owned_execution(session, execution_id, caller)
     patch = parse_body(ExecutionPatchIn, await json_body())
-    if execution.status in FINAL_STATUSES:
+    if execution.status in FINAL:
         raise _finished(execution_id, execution.status, "it can no longer be changed")
     changes: dict[str, Any] = {}
-    events: list[dict[str, Any]] = []
+    events: list[ExecutionUpdated] = []
     given = patch.model_fields_set
     if "assignedReviewer" in given and patch.assignedReviewer != execution.assigned_reviewer:
         if patch.assignedReviewer is None:
@@ -162,24 +162,36 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
                     errors=[{"pointer": "/assignedReviewer", "detail": REVIEWER_REQUIRED}],
                 )
         changes["assigned_reviewer"] = patch.assignedReviewer
-        events.append({"field": "assignedReviewer", "from": execution.assigned_reviewer, "to": patch.assignedReviewer})
+        events.append(
+            {
+                "field": "assignedReviewer",
+                "from": execution.assigned_reviewer,
+                "to": patch.assignedReviewer,
+                "by": caller.email,
+            }
+        )
     if "webhookUrl" in given and patch.webhookUrl != execution.webhook_url:
         changes["webhook_url"] = patch.webhookUrl
-        events.append({"field": "webhookUrl", "from": _host(execution.webhook_url), "to": _host(patch.webhookUrl)})
+        events.append(
+            {
+                "field": "webhookUrl",
+                "from": _host(execution.webhook_url),
+                "to": _host(patch.webhookUrl),
+                "by": caller.email,
+            }
+        )
     if changes:
         # review.decide checks the reviewer on the locked execution row, so a waiting checkpoint is from
         # here on decidable by the new reviewer only, on every channel.
         moved = await session.execute(
-            sa.update(Execution)
-            .where(Execution.id == execution_id, Execution.status.in_(ACTIVE_STATUSES))
-            .values(**changes),
+            sa.update(Execution).where(Execution.id == execution_id, Execution.status.in_(ACTIVE)).values(**changes),
             execution_options={"synchronize_session": False},
         )
         if moved.rowcount != 1:  # type: ignore[attr-defined]
             await session.refresh(execution)
             raise _finished(execution_id, execution.status, "it can no longer be changed")
         for payload in events:
-            await append_event(session, execution_id, "execution.updated", {**payload, "by": caller.email})
+            await append_event(session, execution_id, EventType.EXECUTION_UPDATED, payload)
         if "assigned_reviewer" in changes:
             await session.refresh(execution)
             await reviewer_replaced(session, services().settings, execution)
@@ -200,14 +212,16 @@ async def cancel_execution(execution_id: str) -> dict[str, Any]:
     execution = await owned_execution(session, execution_id, caller)
     moved = await session.execute(
         sa.update(Execution)
-        .where(Execution.id == execution_id, Execution.status.in_(ACTIVE_STATUSES))
-        .values(status="cancelled", completed_at=utcnow(), worker_id=None, lease_until=None),
+        .where(Execution.id == execution_id, Execution.status.in_(ACTIVE))
+        .values(status=ExecutionStatus.CANCELLED, completed_at=utcnow(), worker_id=None, lease_until=None),
         execution_options={"synchronize_session": False},
     )
     if moved.rowcount != 1:  # type: ignore[attr-defined]
         await session.refresh(execution)
         raise _finished(execution_id, execution.status, "only queued, running or awaiting_review executions cancel")
-    await append_event(session, execution_id, "execution.cancelled", {"status": "cancelled", "by": caller.email})
+    await append_event(
+        session, execution_id, EventType.EXECUTION_CANCELLED, {"status": ExecutionStatus.CANCELLED, "by": caller.email}
+    )
     publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id, "cancelled": True})
     return await _status_answer(session, execution)
 
@@ -219,7 +233,7 @@ async def delete_execution(execution_id: str) -> tuple[str, int]:
     caller, session = current_caller(), db_session()
     execution = await owned_execution(session, execution_id, caller)
     gone = await session.execute(
-        sa.delete(Execution).where(Execution.id == execution_id, Execution.status.in_(FINAL_STATUSES)),
+        sa.delete(Execution).where(Execution.id == execution_id, Execution.status.in_(FINAL)),
         execution_options={"synchronize_session": False},
     )
     if gone.rowcount != 1:  # type: ignore[attr-defined]

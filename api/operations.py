@@ -37,6 +37,7 @@ from core.db import Database
 from core.logs import current_execution_id
 from core.models import Decision, Event, Execution, MailMessage, WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
+from core.vocabulary import EXECUTION_STATUSES, EventType, ExecutionStatus
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("vouch.http")
@@ -44,8 +45,7 @@ access_log = logging.getLogger("vouch.http")
 blueprint = Blueprint("operations", __name__)
 
 REVIEW_WAIT_BUCKETS = (60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0, 3 * 24 * 3600.0)
-RUNNABLE = ("queued", "running")
-STATUSES = ("queued", "running", "awaiting_review", "completed", "failed", "rejected", "cancelled")
+RUNNABLE = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)
 READY_TIMEOUT = 3.0
 SCRAPE_TIMEOUT = 10.0
 
@@ -82,7 +82,7 @@ async def _database_families(session: Any) -> list[Metric]:
     counted = await session.execute(sa.select(Execution.status, sa.func.count()).group_by(Execution.status))
     by_status = dict(counted.all())
     executions = GaugeMetricFamily("vouch_executions", "Executions by status.", labels=["status"])
-    for status in sorted(set(STATUSES) | set(by_status)):
+    for status in sorted(set(EXECUTION_STATUSES) | set(by_status)):
         executions.add_metric([status], float(by_status.get(status, 0)))
     queued = await session.scalar(
         sa.select(sa.func.count())
@@ -106,7 +106,8 @@ async def _database_families(session: Any) -> list[Metric]:
         else_="network_error",
     )
     attempts = GaugeMetricFamily(
-        "vouch_webhook_attempts", "Webhook HTTP attempts by outcome (success, http_error, network_error).",
+        "vouch_webhook_attempts",
+        "Webhook HTTP attempts by outcome (success, http_error, network_error).",
         labels=["outcome"],
     )
     for name, count in sorted((await session.execute(sa.select(outcome, sa.func.count()).group_by(outcome))).all()):
@@ -124,7 +125,10 @@ async def _review_wait_histogram(session: Any) -> Metric:
     """Decided review waits (automatic passes excluded), as core.metrics measures them: pause event → decision."""
     rows = await session.execute(
         sa.select(Decision.checkpoint_id, Decision.attempt, Decision.decided_at, Event.payload, Event.created_at)
-        .join(Event, sa.and_(Event.execution_id == Decision.execution_id, Event.type == "checkpoint.awaiting_review"))
+        .join(
+            Event,
+            sa.and_(Event.execution_id == Decision.execution_id, Event.type == EventType.CHECKPOINT_AWAITING_REVIEW),
+        )
         .where(Decision.via != "auto")
     )
     counts = [0] * (len(REVIEW_WAIT_BUCKETS) + 1)
@@ -152,15 +156,20 @@ class OpsMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "vouch_http_requests", "HTTP requests by route and status.", ["method", "route", "status"],
+            "vouch_http_requests",
+            "HTTP requests by route and status.",
+            ["method", "route", "status"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "vouch_http_request_duration_seconds", "HTTP request latency by route.", ["method", "route"],
+            "vouch_http_request_duration_seconds",
+            "HTTP request latency by route.",
+            ["method", "route"],
             registry=self.registry,
         )
-        self.sockets = Gauge("vouch_socketio_connections", "Socket.IO connections open in this process.",
-                             registry=self.registry)
+        self.sockets = Gauge(
+            "vouch_socketio_connections", "Socket.IO connections open in this process.", registry=self.registry
+        )
         self.sockets.set_function(self._count_sockets)
         self.database = DatabaseSnapshot()
         self.registry.register(self.database)
@@ -204,7 +213,12 @@ async def _finished(response: Response) -> Response:
     # The one access line of a request (the servers' own access logs are off): uvicorn's said who asked.
     client = request.remote_addr or "-"
     access_log.info(
-        "%s %s %s %.1f ms from %s", request.method, route, response.status_code, elapsed * 1000, client,
+        "%s %s %s %.1f ms from %s",
+        request.method,
+        route,
+        response.status_code,
+        elapsed * 1000,
+        client,
         extra={"method": request.method, "route": route, "status": response.status_code},
     )
     return response
@@ -232,12 +246,17 @@ def _authorised(settings: Settings) -> bool:
 @blueprint.get("/metrics")
 async def metrics() -> Response:
     if not _authorised(_settings()):
-        return Response("a bearer token is required\n", status=401, headers={"WWW-Authenticate": "Bearer"},
-                        content_type="text/plain; charset=utf-8")
+        return Response(
+            "a bearer token is required\n",
+            status=401,
+            headers={"WWW-Authenticate": "Bearer"},
+            content_type="text/plain; charset=utf-8",
+        )
     found = ops_metrics(current_app)
     await found.database.refresh(current_app.extensions["vouch"].db)
-    return Response(generate_latest(found.registry), content_type=CONTENT_TYPE_LATEST,
-                    headers={"Cache-Control": "no-store"})
+    return Response(
+        generate_latest(found.registry), content_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"}
+    )
 
 
 async def _check_database(db: Database) -> str:
@@ -275,6 +294,8 @@ async def readyz() -> Response:
     ready = all(value == "ok" for value in results.values())
     body = {"status": "ready" if ready else "unavailable", "checks": results}
     return Response(
-        json.dumps(body), status=200 if ready else 503, content_type="application/json",
+        json.dumps(body),
+        status=200 if ready else 503,
+        content_type="application/json",
         headers={"Cache-Control": "no-store"},
     )

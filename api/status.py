@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.model_names import OFFLINE
 from core.errors import error_object
-from core.events import isoformat
+from core.formatting import isoformat
 from core.metrics import RunFacts, load_facts, metrics_of
 from core.models import Checkpoint, Decision, Execution
 from core.webhooks import webhook_record

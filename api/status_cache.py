@@ -42,8 +42,9 @@ from api.status import record_and_facts
 from core.auth_cache import ApiKeyCache
 from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
 from core.cache import InvalidatingCache
-from core.metrics import FINAL_STATUSES, MetricsSoFar, RunFacts
+from core.metrics import MetricsSoFar, RunFacts
 from core.models import Execution, utcnow
+from core.vocabulary import FINAL
 from core.web.services import db_session
 from core.webhooks import invalidate_status_after_commit
 
@@ -84,7 +85,7 @@ class CachedStatus:
     @classmethod
     def of(cls, user_id: str, record: dict[str, Any], facts: RunFacts) -> CachedStatus:
         execution = facts.execution
-        fixed = execution.status in FINAL_STATUSES and execution.completed_at is not None
+        fixed = execution.status in FINAL and execution.completed_at is not None
         so_far = MetricsSoFar.of(facts)
         metrics = so_far.at(facts.end)
         metrics_json = _dumps(metrics) if fixed else None

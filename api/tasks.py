@@ -25,6 +25,7 @@ from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
 from core.models import CHECKPOINTS, EXECUTIONS, Execution, utcnow
+from core.vocabulary import EventType
 from core.web.services import db_session, services
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/eval")
@@ -107,7 +108,7 @@ async def create_execution(
     ]
     created = [
         (
-            "execution.created",
+            EventType.EXECUTION_CREATED,
             {
                 "taskName": task.taskName,
                 "taskDescription": task.taskDescription,

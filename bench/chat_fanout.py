@@ -43,7 +43,7 @@ from bench.report import figure, note, percentile, spread
 from chat.fanout import WorkerEmitter
 from core.bus import InProcessBus
 from core.db import Database
-from core.events import append_event
+from core.events import append_any_event
 from core.ids import new_id
 from core.links import chat_view_token
 from core.models import Execution, utcnow
@@ -116,7 +116,7 @@ async def write(db: Database, execution_id: str, events: int, batch: int, rate: 
             await asyncio.sleep(max(0.0, start + first / rate - loop.time()))
         async with db.transaction() as session:
             for n in range(first, min(events, first + batch)):
-                await append_event(session, execution_id, "agent.message", {"text": f"step {n} " + "x" * 120})
+                await append_any_event(session, execution_id, "agent.message", {"text": f"step {n} " + "x" * 120})
 
 
 async def _write_and_stamp(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,6 +22,7 @@ from core.events import event_message
 from core.metrics import execution_metrics
 from core.models import Event, Execution
 from core.tool_args import argument_lines
+from core.vocabulary import EventType
 
 FINAL = ("completed", "failed", "rejected", "cancelled")
 STATUS_TEXT = {
@@ -35,10 +35,10 @@ STATUS_TEXT = {
     "cancelled": "Cancelled",
 }
 OUTCOMES = {
-    "execution.completed": "completed",
-    "execution.failed": "failed",
-    "execution.rejected": "rejected",
-    "execution.cancelled": "cancelled",
+    EventType.EXECUTION_COMPLETED: "completed",
+    EventType.EXECUTION_FAILED: "failed",
+    EventType.EXECUTION_REJECTED: "rejected",
+    EventType.EXECUTION_CANCELLED: "cancelled",
 }
 
 
@@ -57,32 +57,32 @@ def pretty(value: Any) -> str:
 
 def _system_text(type_: str, payload: dict[str, Any]) -> str | None:
     match type_:
-        case "execution.created":
+        case EventType.EXECUTION_CREATED:
             return "Task created"
-        case "execution.started":
+        case EventType.EXECUTION_STARTED:
             return "The agent started"
-        case "execution.resumed":
+        case EventType.EXECUTION_RESUMED:
             return "The agent resumed"
-        case "execution.updated":
+        case EventType.EXECUTION_UPDATED:
             what, to = payload.get("field", "A setting"), payload.get("to") or "nothing"
             return f"{what} changed to {to} by {payload.get('by', 'the owner')}"
-        case "checkpoint.decided" if payload.get("via") == "auto":
+        case EventType.CHECKPOINT_DECIDED if payload.get("via") == "auto":
             return "A checkpoint passed without review (test mode: without verification)"
         # Issue 5's review ladder; static/js/chat-view.js says the same words.
-        case "checkpoint.revision_requested":
+        case EventType.CHECKPOINT_REVISION_REQUESTED:
             return (
                 f"Attempt {payload.get('attempt')} rejected: the agent revises and asks again "
                 f"(attempt {payload.get('nextAttempt')})"
             )
-        case "review.reminder_sent":
+        case EventType.REVIEW_REMINDER_SENT:
             return f"Reminder sent to {payload.get('to')}"
-        case "review.escalated":
+        case EventType.REVIEW_ESCALATED:
             return f"Escalated to the backup reviewer {payload.get('to')}"
-        case "review.deadline_passed":
+        case EventType.REVIEW_DEADLINE_PASSED:
             return f"The review deadline passed: {payload.get('policy')} applies"
-        case "mail.failed":
+        case EventType.MAIL_FAILED:
             return f"Mail to {payload.get('to')} could not be sent: {payload.get('reason')}"
-        case "model.request":
+        case EventType.MODEL_REQUEST:
             return model_request_text(payload)
     return None
 
@@ -130,13 +130,13 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
     cards: dict[str, Item] = {}
     for message in messages:
         type_, payload, seq, at = message["type"], message["payload"], message["seq"], message["at"]
-        if type_ == "agent.message":
+        if type_ == EventType.AGENT_MESSAGE:
             items.append(Item("message", seq, at, {"text": str(payload.get("text", ""))}))
-        elif type_ == "tool.call":
+        elif type_ == EventType.TOOL_CALL:
             item = Item("tool", seq, at, {**payload, "argsText": pretty(payload.get("args", {})), "done": False})
             tools[str(payload.get("toolCallId"))] = item
             items.append(item)
-        elif type_ == "tool.result":
+        elif type_ == EventType.TOOL_RESULT:
             found = tools.get(str(payload.get("toolCallId")))
             if found is not None:
                 failed = payload.get("error") is not None
@@ -146,7 +146,7 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
                     resultText=str(payload["error"]) if failed else pretty(payload.get("result")),
                     durationMs=payload.get("durationMs"),
                 )
-        elif type_ == "checkpoint.awaiting_review":
+        elif type_ == EventType.CHECKPOINT_AWAITING_REVIEW:
             next_action = payload.get("nextAction") or {}
             card = Item(
                 "card",
@@ -156,7 +156,7 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
             )
             cards[str(payload.get("checkpointId"))] = card
             items.append(card)
-        elif type_ == "checkpoint.decided" and payload.get("via") != "auto":
+        elif type_ == EventType.CHECKPOINT_DECIDED and payload.get("via") != "auto":
             decided = cards.get(str(payload.get("checkpointId")))
             if decided is not None:
                 decided.data["decision"] = payload
@@ -189,15 +189,6 @@ def status_of(execution: Execution) -> dict[str, Any]:
         # The last event this state reflects: a client holding later events keeps what they say.
         "lastSeq": execution.last_seq,
     }
-
-
-def clock(moment: datetime | str | None) -> str:
-    """A UTC time of day for the server-rendered page (the script shows local time instead)."""
-    if moment is None:
-        return ""
-    if isinstance(moment, str):
-        moment = datetime.fromisoformat(moment.replace("Z", "+00:00"))
-    return moment.strftime("%H:%M:%S UTC")
 
 
 def messages_of(rows: Sequence[Event]) -> list[dict[str, Any]]:

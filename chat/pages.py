@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from quart import Blueprint, Response, abort, render_template, request, send_from_directory
 
 from chat.access import Person, access_to, view_token_ok
-from chat.conversation import clock, fold, messages_of, run_metrics, status_of
-from core.events import events_after, isoformat
+from chat.conversation import fold, messages_of, run_metrics, status_of
+from core import formatting
+from core.events import events_after
+from core.formatting import isoformat
+from core.vocabulary import ENDING_EVENTS, EventType
 from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import current_viewer, signin_url
@@ -39,26 +41,19 @@ async def security_headers(response: Response) -> Response:
 
 @blueprint.app_template_filter("chat_duration")
 def duration(ms: Any) -> str:
-    """Milliseconds as people read them: 840 ms, 3.2 s, 4 min 05 s, 2 h 03 min."""
-    if ms is None:
-        return "—"
-    # Rounded half up, as static/js/chat-view.js rounds: the live page and a reload must read the same.
-    value = float(ms)
-    if value < 1000:
-        return f"{math.floor(value + 0.5)} ms"
-    seconds = value / 1000
-    if seconds < 60:
-        return f"{math.floor(seconds * 10 + 0.5) / 10:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
+    return formatting.duration(ms)
 
 
 @blueprint.app_template_filter("chat_clock")
 def clock_filter(value: Any) -> str:
-    return clock(value)
+    return formatting.clock(value)
+
+# The words chat-view.js compares against, from the one vocabulary (core/vocabulary.py) rather than a copy in
+# the script: the page embeds them as a JSON data block.
+SCRIPT_VOCABULARY: dict[str, dict[str, str]] = {
+    "eventTypes": {member.name: member.value for member in EventType},
+    "outcomes": {event.value: event.value.removeprefix("execution.") for event in sorted(ENDING_EVENTS)},
+}
 
 
 @blueprint.get("/chat/<execution_id>")
@@ -101,6 +96,7 @@ async def chat_page(execution_id: str) -> tuple[str, int] | str:
         token=token if token and view_token_ok(services().settings.secret_key, execution.id, token) else "",
         # The review mail's reviewer token (`rt`): handed on only when it made this watcher the decider.
         reviewer_token=request.args.get("rt") if access.can_decide and not access.via_session else "",
+        vocabulary=SCRIPT_VOCABULARY,
     )
 
 

@@ -39,6 +39,7 @@ from core.events import event_message, events_after
 from core.models import Checkpoint, Execution
 from core.redis_bus import RedisBus
 from core.settings import Settings
+from core.vocabulary import Channel
 from core.web.sessions import current_viewer
 from review import DecisionError, InvalidInput, decide
 from review.by_mail import LinkRefused, decide_by_link
@@ -119,9 +120,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
         client = environ.get("asgi.scope", {}).get("client") or (None,)
         await self.save_session(sid, {"cookie": cookie if person else None, "addr": client[0], "apiKeyId": key_id})
 
-    async def _access(
-        self, session: Any, data: dict[str, Any], person: Person | None
-    ) -> Access:
+    async def _access(self, session: Any, data: dict[str, Any], person: Person | None) -> Access:
         access = await access_to(
             session,
             cast(str, _text(data, "executionId", MAX_ID)),
@@ -238,7 +237,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
                         verdict,
                         comment=comment.strip(),
                         remote_addr=state.get("addr"),
-                        via="chat",
+                        via=Channel.CHAT,
                         edited_args=edited,
                     )
                 except LinkRefused as refused:
@@ -253,7 +252,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
                     checkpoint_id,
                     verdict,
                     by=access.decider,
-                    via="chat",
+                    via=Channel.CHAT,
                     comment=comment.strip(),
                     remote_addr=state.get("addr"),
                     edited_args=edited,

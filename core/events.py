@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core import event_payloads as p
 from core.backends import backend_of
 from core.backends.base import Companion as Companion
 from core.backends.base import event_rows
 from core.bus import execution_channel
 from core.db import event_after_commit, publish_after_commit
 from core.direct import DirectStatement, run_direct
+from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
+from core.vocabulary import EventType
 from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
 
 
@@ -43,16 +46,171 @@ def event_message(event: Event | AddedEvent) -> dict[str, Any]:
     }
 
 
-def isoformat(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
+@overload
 async def append_event(
-    session: AsyncSession, execution_id: str, type_: str, payload: dict[str, Any] | None = None
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_CREATED],
+    payload: p.ExecutionCreated,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_STARTED, EventType.EXECUTION_RESUMED],
+    payload: p.ExecutionClaimed,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_UPDATED],
+    payload: p.ExecutionUpdated,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_COMPLETED],
+    payload: p.ExecutionCompleted,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_FAILED],
+    payload: p.ExecutionFailed,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_REJECTED],
+    payload: p.ExecutionRejected,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_CANCELLED],
+    payload: p.ExecutionCancelled,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.CHECKPOINT_AWAITING_REVIEW],
+    payload: p.CheckpointAwaitingReview,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.CHECKPOINT_DECIDED],
+    payload: p.CheckpointDecided,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.CHECKPOINT_REVISION_REQUESTED],
+    payload: p.CheckpointRevisionRequested,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.REVIEW_REMINDER_SENT, EventType.REVIEW_ESCALATED],
+    payload: p.ReviewTimerFired,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.REVIEW_DEADLINE_PASSED],
+    payload: p.ReviewDeadlinePassed,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.MAIL_FAILED],
+    payload: p.MailFailed,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.MODEL_REQUEST],
+    payload: p.ModelRequest,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.AGENT_MESSAGE],
+    payload: p.AgentMessage,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.TOOL_CALL],
+    payload: p.ToolCallPayload,
+) -> AddedEvent: ...
+
+
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.TOOL_RESULT],
+    payload: p.ToolResult,
+) -> AddedEvent: ...
+
+
+# One overload per event type (core/event_payloads.py): mypy checks each payload against its type.
+async def append_event(
+    session: AsyncSession, execution_id: str, type_: EventType, payload: Mapping[str, Any]
 ) -> AddedEvent:
     """Add an event in the caller's transaction; it is published once that commits."""
+    return await append_any_event(session, execution_id, type_, payload)
+
+
+async def append_any_event(
+    session: AsyncSession, execution_id: str, type_: str, payload: Mapping[str, Any] | None = None
+) -> AddedEvent:
+    """`append_event` for any type and payload, unchecked: the log itself knows no types (tests, tools)."""
     added = await append_events(session, execution_id, [(type_, payload or {})])
     assert added is not None  # no condition: the row is there (its foreign key says so)
     return added[0]
@@ -86,7 +244,7 @@ async def write_row(session: AsyncSession, companion: Companion) -> None:
 async def append_events(
     session: AsyncSession,
     execution_id: str,
-    items: Sequence[tuple[str, dict[str, Any]]],
+    items: Sequence[tuple[str, Mapping[str, Any]]],
     *,
     allocation: DirectStatement = _ALLOCATE,
     parameters: dict[str, Any] | None = None,
@@ -106,7 +264,7 @@ async def add_numbered_events(
     session: AsyncSession,
     execution_id: str,
     first: int,
-    items: Sequence[tuple[str, dict[str, Any]]],
+    items: Sequence[tuple[str, Mapping[str, Any]]],
     at: datetime,
 ) -> list[AddedEvent]:
     """Add events whose seqs the caller has already taken from `executions.last_seq` in its own statement

@@ -26,6 +26,7 @@ from core.events import append_events
 from core.headers import line_break_problem, one_recipient
 from core.ids import new_id
 from core.models import MailMessage, utcnow
+from core.vocabulary import EventType
 from core.wakeups import Wakeups
 
 log = logging.getLogger(__name__)
@@ -222,7 +223,11 @@ async def _record_failure(db: Database, message: MailMessage, reason: str, *, pe
     delay = min(3600.0, 5 * 3 ** (message.attempts - 1)) * random.uniform(0.8, 1.2)
     log.warning(
         "mail %s to %r failed (attempt %d%s): %s",
-        message.id, message.recipient, message.attempts, ", giving up" if give_up else "", reason,
+        message.id,
+        message.recipient,
+        message.attempts,
+        ", giving up" if give_up else "",
+        reason,
     )
     async with db.transaction() as session:
         await session.execute(
@@ -243,7 +248,7 @@ async def _record_failure(db: Database, message: MailMessage, reason: str, *, pe
                 "attempts": message.attempts,
             }
             # append_events, not append_event: the execution may have been deleted since the claim (no event then).
-            await append_events(session, message.execution_id, [("mail.failed", payload)])
+            await append_events(session, message.execution_id, [(EventType.MAIL_FAILED, payload)])
 
 
 async def run_mail_dispatcher(db: Database, smtp_url: str, stop: asyncio.Event, poll_seconds: float) -> None:

@@ -34,24 +34,24 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Decision, Event, Execution, utcnow
+from core.vocabulary import FINAL, CheckpointStatus, EventType
 
-FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
-AGENT_EVENTS = ("agent.message", "tool.call", "model.request")
+AGENT_EVENTS = (EventType.AGENT_MESSAGE, EventType.TOOL_CALL, EventType.MODEL_REQUEST)
 # The event types the metrics and the timeline read (agent.message is only needed for its time, below).
 FACT_EVENTS = (
-    "execution.started",
-    "execution.resumed",
-    "tool.call",
-    "tool.result",
-    "model.request",
-    "checkpoint.awaiting_review",
-    "checkpoint.revision_requested",
-    "execution.completed",
-    "execution.failed",
-    "execution.rejected",
-    "execution.cancelled",
+    EventType.EXECUTION_STARTED,
+    EventType.EXECUTION_RESUMED,
+    EventType.TOOL_CALL,
+    EventType.TOOL_RESULT,
+    EventType.MODEL_REQUEST,
+    EventType.CHECKPOINT_AWAITING_REVIEW,
+    EventType.CHECKPOINT_REVISION_REQUESTED,
+    EventType.EXECUTION_COMPLETED,
+    EventType.EXECUTION_FAILED,
+    EventType.EXECUTION_REJECTED,
+    EventType.EXECUTION_CANCELLED,
 )
-_REVIEWED_STATUSES = frozenset({"awaiting_review", "approved", "rejected"})
+_REVIEWED_STATUSES = frozenset({CheckpointStatus.AWAITING_REVIEW, CheckpointStatus.APPROVED, CheckpointStatus.REJECTED})
 
 
 def ms_between(start: datetime, end: datetime) -> int:
@@ -96,7 +96,7 @@ class RunFacts:
     @property
     def end(self) -> datetime:
         """Where open intervals stop: the execution's end, or now while it is not final."""
-        if self.execution.status in FINAL_STATUSES and self.execution.completed_at is not None:
+        if self.execution.status in FINAL and self.execution.completed_at is not None:
             return self.execution.completed_at
         return self.now
 
@@ -123,9 +123,7 @@ async def load_facts(session: AsyncSession, execution: Execution, *, now: dateti
     # Messages can be long; only the time of the first agent event is needed, so it is asked for alone
     # (min() takes the column's type, so the value comes back an aware UTC datetime on both databases).
     first: datetime | None = await session.scalar(
-        sa.select(sa.func.min(Event.created_at)).where(
-            Event.execution_id == execution.id, Event.type.in_(AGENT_EVENTS)
-        )
+        sa.select(sa.func.min(Event.created_at)).where(Event.execution_id == execution.id, Event.type.in_(AGENT_EVENTS))
     )
     return RunFacts(execution, events, checkpoints, decisions, first, now or utcnow())
 
@@ -134,7 +132,7 @@ def review_waits(facts: RunFacts) -> list[ReviewWait]:
     """Every waited attempt of every checkpoint, in the order the waits began."""
     starts: dict[tuple[str, int], datetime] = {}
     for event in facts.events:
-        if event.type == "checkpoint.awaiting_review":
+        if event.type == EventType.CHECKPOINT_AWAITING_REVIEW:
             key = (str(event.payload.get("checkpointId")), int(event.payload.get("attempt", 1)))
             starts.setdefault(key, event.at)
     for cp in facts.checkpoints:
@@ -179,20 +177,20 @@ class MetricsSoFar:
         costs: list[float | None] = []
         for event in facts.events:
             payload = event.payload
-            if event.type == "tool.call":
+            if event.type == EventType.TOOL_CALL:
                 tool = str(payload.get("tool", "?"))
                 tool_calls[tool] = tool_calls.get(tool, 0) + 1
-            elif event.type == "tool.result":
+            elif event.type == EventType.TOOL_RESULT:
                 steps += 1
                 agent_ms += _number(payload.get("durationMs"))
-            elif event.type == "model.request":
+            elif event.type == EventType.MODEL_REQUEST:
                 model_requests += 1
                 agent_ms += _number(payload.get("durationMs"))
                 input_tokens += int(_number(payload.get("inputTokens")))
                 output_tokens += int(_number(payload.get("outputTokens")))
                 cost = payload.get("costUsd")
                 costs.append(_number(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None)
-            elif event.type == "checkpoint.revision_requested":
+            elif event.type == EventType.CHECKPOINT_REVISION_REQUESTED:
                 revisions += 1
         known = bool(costs) and all(cost is not None for cost in costs)
         execution = facts.execution
@@ -251,4 +249,3 @@ async def execution_metrics(
 ) -> dict[str, Any]:
     """The status record's `metrics` of `execution` (see the module docstring for what each means)."""
     return metrics_of(await load_facts(session, execution, now=now))
-

@@ -13,7 +13,6 @@ the execution has finished, and `data.status` tells how. A task can also ask (`w
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -22,31 +21,36 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.bus import CACHE_CHANNEL
 from core.db import publish_after_commit
 from core.errors import error_object
+from core.formatting import isoformat
 from core.ids import new_id
 from core.metrics import execution_metrics
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
+from core.vocabulary import ENDING_EVENTS, FINAL, EventType
 
 if TYPE_CHECKING:
     # A circle for the type checker only: core/events.py calls enqueue_for_event with the event it just added.
     from core.events import AddedEvent
 
 WEBHOOK_CHANNEL = "vouch:webhooks"
-COMPLETION = "execution.completed"
-OPTIONAL_EVENTS = ("checkpoint.awaiting_review", "checkpoint.decided")
-FINAL_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.rejected", "execution.cancelled"})
+COMPLETION = EventType.EXECUTION_COMPLETED
+OPTIONAL_EVENTS = (EventType.CHECKPOINT_AWAITING_REVIEW, EventType.CHECKPOINT_DECIDED)
+FINAL_EVENTS = ENDING_EVENTS
 # The event types append_event hands over; anything else costs the hot path one set lookup only.
 WEBHOOK_EVENT_TYPES = FINAL_EVENTS | frozenset(OPTIONAL_EVENTS)
-FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
 # Fields of a checkpoint event's payload that go out; the rest (the agent's next action) stays private.
 _CHECKPOINT_FIELDS = (
-    "checkpointId", "position", "stage", "verificationQuestion", "attempt", "decision", "by", "via", "comment", "at",
+    "checkpointId",
+    "position",
+    "stage",
+    "verificationQuestion",
+    "attempt",
+    "decision",
+    "by",
+    "via",
+    "comment",
+    "at",
 )
 STATUS_PATH = "/api/eval/status/{execution_id}"
-
-
-def _iso(moment: datetime | None) -> str | None:
-    # The format of core.events.isoformat, repeated: core.events imports this module, not the reverse.
-    return None if moment is None else moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class RedeliveryRefused(Exception):
@@ -67,12 +71,12 @@ def _completion_payload(row: sa.Row[Any], metrics: dict[str, Any]) -> dict[str, 
     result = row.result if isinstance(row.result, dict) else {}
     return {
         "type": COMPLETION,
-        "timestamp": _iso(row.completed_at or utcnow()),
+        "timestamp": isoformat(row.completed_at or utcnow()),
         "data": {
             "executionId": row.id,
             "taskName": row.task_name,
             "status": row.status,
-            "completedAt": _iso(row.completed_at),
+            "completedAt": isoformat(row.completed_at),
             "summary": result.get("summary"),
             "error": error_object(row.error_info, row.error),
             "metrics": metrics,
@@ -86,7 +90,7 @@ def _checkpoint_payload(row: sa.Row[Any], event: AddedEvent) -> dict[str, Any]:
     data: dict[str, Any] = {"executionId": row.id, "taskName": row.task_name}
     data.update({key: event.payload[key] for key in _CHECKPOINT_FIELDS if key in event.payload})
     data["statusUrl"] = STATUS_PATH.format(execution_id=row.id)
-    return {"type": event.type, "timestamp": _iso(event.created_at), "data": data}
+    return {"type": event.type, "timestamp": isoformat(event.created_at), "data": data}
 
 
 _FACTS = (
@@ -153,7 +157,7 @@ async def redeliver(session: AsyncSession, execution: Execution) -> WebhookDeliv
         raise RedeliveryRefused("not_found", f"no execution {execution.id}")
     if not row.webhook_url:
         raise RedeliveryRefused("webhook_not_configured", "the execution has no webhookUrl to deliver to")
-    if row.status not in FINAL_STATUSES:
+    if row.status not in FINAL:
         raise RedeliveryRefused(
             "execution_not_finished", f"the execution is {row.status}; its completion is sent once it finishes"
         )
@@ -173,7 +177,7 @@ def invalidate_status_after_commit(session: AsyncSession, execution_id: str) -> 
 def attempt_record(attempt: WebhookAttempt) -> dict[str, Any]:
     return {
         "number": attempt.number,
-        "at": _iso(attempt.started_at),
+        "at": isoformat(attempt.started_at),
         "statusCode": attempt.status_code,
         "latencyMs": attempt.latency_ms,
         "response": attempt.response_excerpt,
@@ -181,9 +185,7 @@ def attempt_record(attempt: WebhookAttempt) -> dict[str, Any]:
     }
 
 
-async def deliveries_of(
-    session: AsyncSession, execution_id: str
-) -> list[tuple[WebhookDelivery, list[WebhookAttempt]]]:
+async def deliveries_of(session: AsyncSession, execution_id: str) -> list[tuple[WebhookDelivery, list[WebhookAttempt]]]:
     """An execution's deliveries, oldest first, each with its attempts in order: the delivery log."""
     deliveries = list(
         await session.scalars(
@@ -215,9 +217,9 @@ async def webhook_record(session: AsyncSession, execution: Execution) -> dict[st
                 "webhookId": delivery.id,
                 "type": delivery.event_type,
                 "status": delivery.status,
-                "createdAt": _iso(delivery.created_at),
-                "nextAttemptAt": _iso(delivery.next_attempt_at) if delivery.status == "pending" else None,
-                "finishedAt": _iso(delivery.finished_at),
+                "createdAt": isoformat(delivery.created_at),
+                "nextAttemptAt": isoformat(delivery.next_attempt_at) if delivery.status == "pending" else None,
+                "finishedAt": isoformat(delivery.finished_at),
                 "attempts": [attempt_record(attempt) for attempt in attempts],
             }
             for delivery, attempts in await deliveries_of(session, execution.id)

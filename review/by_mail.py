@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
-from review.decisions import Channel, DecisionError, DecisionRecord, Verdict, decide
+from core.vocabulary import Channel
+from review.decisions import DecisionError, DecisionRecord, Verdict, decide
 from review.links import use_links
 
 
@@ -71,7 +72,7 @@ async def decide_by_link(
     *,
     comment: str,
     remote_addr: str | None,
-    via: Channel = "email",
+    via: Channel = Channel.EMAIL,
     edited_args: dict[str, Any] | None = None,
 ) -> DecisionRecord:
     """Spend the link and decide as its reviewer, on the attempt it was made for; LinkRefused if the link

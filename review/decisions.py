@@ -11,20 +11,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
-from core.events import append_event, isoformat
+from core.event_payloads import CheckpointDecided, DecisionJson
+from core.events import append_event
+from core.formatting import isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
 from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text
+from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, EventType
 from review.access import reviewer_may_decide
 
 Verdict = Literal["approve", "reject"]
 # "cancel" is the deadline's third policy only (onDeadline=cancel); people approve or reject.
 Outcome = Literal["approve", "reject", "cancel"]
-Channel = Literal["email", "web", "chat", "api", "auto", "timeout"]
-CHANNELS: tuple[Channel, ...] = ("email", "web", "chat", "api", "auto", "timeout")
-# The channels through which a person decides; "auto" and "timeout" are the service's own.
-PERSON_CHANNELS = frozenset({"email", "web", "chat", "api"})
-FINAL_STATUSES = frozenset({"completed", "failed", "rejected", "cancelled"})
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,7 @@ class DecisionRecord:
     original_args: dict[str, Any] | None = None
     edited_args: dict[str, Any] | None = None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> DecisionJson:
         # The request address stays out of this shape: it goes into events, which view-link holders see.
         return {
             "decision": self.decision,
@@ -235,7 +233,7 @@ async def decide(
         if checkpoint is None:
             raise UnknownCheckpoint(f"no checkpoint {checkpoint_id}")
         status = await session.scalar(sa.select(Execution.status).where(Execution.id == checkpoint.execution_id))
-        if status in FINAL_STATUSES:
+        if status in FINAL:
             raise ExecutionNotWaiting(f"the execution is {status}; this checkpoint will not be reached")
         raise NotAwaitingReview("the agent has not reached this checkpoint yet")
     execution_id, current_attempt = won
@@ -279,7 +277,8 @@ async def decide(
     # Flushed here: the unique (checkpoint_id, attempt) is the database's own guard against a second answer.
     await session.flush()
     record = DecisionRecord.of(row)
-    await append_event(session, execution_id, "checkpoint.decided", {"checkpointId": checkpoint_id, **record.as_json()})
+    decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
+    await append_event(session, execution_id, EventType.CHECKPOINT_DECIDED, decided)
     if via == "auto":
         return record
     revise = False
@@ -321,9 +320,14 @@ async def decide(
         await append_event(
             session,
             execution_id,
-            "checkpoint.revision_requested",
-            {"checkpointId": checkpoint_id, "attempt": current_attempt, "nextAttempt": current_attempt + 1,
-             "comment": comment, "by": by},
+            EventType.CHECKPOINT_REVISION_REQUESTED,
+            {
+                "checkpointId": checkpoint_id,
+                "attempt": current_attempt,
+                "nextAttempt": current_attempt + 1,
+                "comment": comment,
+                "by": by,
+            },
         )
     if end_status == "running":
         publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id})
@@ -331,12 +335,17 @@ async def decide(
         await append_event(
             session,
             execution_id,
-            "execution.rejected",
-            {"status": "rejected", "checkpointId": checkpoint_id, "comment": comment, "by": by,
-             "attempt": current_attempt},
+            EventType.EXECUTION_REJECTED,
+            {
+                "status": "rejected",
+                "checkpointId": checkpoint_id,
+                "comment": comment,
+                "by": by,
+                "attempt": current_attempt,
+            },
         )
     else:
         await append_event(
-            session, execution_id, "execution.cancelled", {"status": "cancelled", "by": by, "via": via}
+            session, execution_id, EventType.EXECUTION_CANCELLED, {"status": "cancelled", "by": by, "via": via}
         )
     return record

@@ -15,9 +15,11 @@ import sqlalchemy as sa
 from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.formatting import age
 from core.links import chat_url
 from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
 from core.tool_args import argument_lines
+from core.vocabulary import Channel, EventType
 from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import CsrfError, client_addr, login_required, see_other, viewer
@@ -48,14 +50,6 @@ class Waiting:
     execution: Execution
     age: timedelta
     deadline: datetime | None
-
-
-def age_text(age: timedelta) -> str:
-    minutes = int(age.total_seconds() // 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours < 48 else f"{hours // 24} days"
 
 
 async def _deadline(session: AsyncSession, checkpoint: Checkpoint) -> datetime | None:
@@ -103,24 +97,24 @@ async def decided_by(session: AsyncSession, email: str) -> list[tuple[Decision, 
 def event_line(type_: str, payload: dict[str, Any]) -> str:
     """One event as a line of the detail page's context (the chat page shows them in full)."""
     match type_:
-        case "agent.message":
+        case EventType.AGENT_MESSAGE:
             return str(payload.get("text", ""))
-        case "tool.call":
+        case EventType.TOOL_CALL:
             return f"Tool call: {payload.get('tool')}"
-        case "tool.result":
+        case EventType.TOOL_RESULT:
             return f"Tool result: {payload.get('tool')}"
-        case "checkpoint.awaiting_review":
+        case EventType.CHECKPOINT_AWAITING_REVIEW:
             return f"Waiting for review at {payload.get('stage')!r} (attempt {payload.get('attempt', 1)})"
-        case "checkpoint.decided":
+        case EventType.CHECKPOINT_DECIDED:
             return (
                 f"{payload.get('decision')} by {payload.get('by')} via {payload.get('via')} "
                 f"(attempt {payload.get('attempt', 1)})" + (f": {payload['comment']}" if payload.get("comment") else "")
             )
-        case "review.reminder_sent" | "review.escalated":
+        case EventType.REVIEW_REMINDER_SENT | EventType.REVIEW_ESCALATED:
             return f"{type_.split('.')[1].replace('_', ' ').capitalize()} to {payload.get('to')}"
-        case "review.deadline_passed":
+        case EventType.REVIEW_DEADLINE_PASSED:
             return f"The review deadline passed; policy {payload.get('policy')}"
-        case "mail.failed":
+        case EventType.MAIL_FAILED:
             return f"Mail to {payload.get('to')} could not be sent: {payload.get('reason')}"
     return type_
 
@@ -168,7 +162,7 @@ async def _detail(
         events=[(e, event_line(e.type, e.payload)) for e in reversed(events)],
         attempts=await decision_history(session, checkpoint.id),
         deadline=await _deadline(session, checkpoint),
-        age=age_text(now - checkpoint.awaiting_since) if checkpoint.awaiting_since else None,
+        age=age(now - checkpoint.awaiting_since) if checkpoint.awaiting_since else None,
         can_decide=can_decide,
         chat_link=chat_url(base, services().settings.secret_key, execution.id),
         error=error,
@@ -207,7 +201,7 @@ async def inbox() -> str:
         viewer=viewer(),
         waiting=await waiting_for(session, email, now),
         history=await decided_by(session, email),
-        age_text=age_text,
+        age_text=age,
         done=request.args.get("done"),
     )
 
@@ -249,7 +243,7 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             checkpoint.id,
             "approve" if verdict == "approve" else "reject",
             by=email,
-            via="web",
+            via=Channel.WEB,
             comment=comment,
             remote_addr=client_addr(),
             attempt=attempt,  # the attempt the reviewer saw: a stale form cannot answer a newer one

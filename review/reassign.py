@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.ids import new_id
 from core.models import Checkpoint, Event, Execution
 from core.settings import Settings
+from core.vocabulary import EventType
 from review.links import spend_links_of_others
 from review.notify import queue_review_mail
 
@@ -22,7 +23,7 @@ async def _next_action(session: AsyncSession, checkpoint: Checkpoint) -> dict[st
     """What the agent proposed when this attempt started waiting (the pause's event holds it)."""
     rows = await session.scalars(
         sa.select(Event.payload)
-        .where(Event.execution_id == checkpoint.execution_id, Event.type == "checkpoint.awaiting_review")
+        .where(Event.execution_id == checkpoint.execution_id, Event.type == EventType.CHECKPOINT_AWAITING_REVIEW)
         .order_by(Event.seq.desc())
     )
     for payload in rows:

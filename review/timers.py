@@ -17,18 +17,21 @@ import asyncio
 import contextlib
 import logging
 from datetime import datetime, timedelta
+from typing import Literal
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.backends import backend_of
 from core.db import Database
+from core.event_payloads import ReviewDeadlinePassed, ReviewTimerFired
 from core.events import append_event
 from core.ids import new_id
 from core.links import chat_url
 from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, ReviewTimer, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel, EventType
 from review.decisions import Outcome, decide
 
 log = logging.getLogger(__name__)
@@ -98,7 +101,6 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
     )
     if not live:
         return False
-    where = {"checkpointId": checkpoint.id, "attempt": timer.attempt, "stage": checkpoint.stage}
     if timer.kind in ("reminder", "escalation"):
         to = execution.assigned_reviewer if timer.kind == "reminder" else execution.backup_reviewer
         if not to:
@@ -119,10 +121,24 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
             execution_id=execution.id,
             smtp_configured=settings.smtp_url is not None,
         )
-        event = "review.reminder_sent" if timer.kind == "reminder" else "review.escalated"
-        await append_event(session, execution.id, event, {**where, "to": to})
+        event: Literal[EventType.REVIEW_REMINDER_SENT, EventType.REVIEW_ESCALATED] = (
+            EventType.REVIEW_REMINDER_SENT if timer.kind == "reminder" else EventType.REVIEW_ESCALATED
+        )
+        sent: ReviewTimerFired = {
+            "checkpointId": checkpoint.id,
+            "attempt": timer.attempt,
+            "stage": checkpoint.stage,
+            "to": to,
+        }
+        await append_event(session, execution.id, event, sent)
         return True
-    await append_event(session, execution.id, "review.deadline_passed", {**where, "policy": execution.on_deadline})
+    passed: ReviewDeadlinePassed = {
+        "checkpointId": checkpoint.id,
+        "attempt": timer.attempt,
+        "stage": checkpoint.stage,
+        "policy": execution.on_deadline,
+    }
+    await append_event(session, execution.id, EventType.REVIEW_DEADLINE_PASSED, passed)
     policy: Outcome = "reject"
     if execution.on_deadline == "approve":
         policy = "approve"
@@ -133,7 +149,7 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
         checkpoint.id,
         policy,
         by="vouch",
-        via="timeout",
+        via=Channel.TIMEOUT,
         comment="No decision before the review deadline.",
         attempt=timer.attempt,
     )

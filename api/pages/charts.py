@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from core.metrics import FINAL_STATUSES, RunFacts, ms_between, review_waits
+from core.metrics import RunFacts, ms_between, review_waits
+from core.vocabulary import ENDING_EVENTS, EventType
 
 WIDTH = 760  # drawing width of the bars, in SVG units
 LEFT = 120  # room for the lane names
@@ -74,13 +75,11 @@ def _agent_intervals(facts: RunFacts) -> list[tuple[datetime, datetime]]:
     intervals: list[tuple[datetime, datetime]] = []
     opened: datetime | None = None
     for event in facts.events:
-        if event.type in ("execution.started", "execution.resumed"):
+        if event.type in (EventType.EXECUTION_STARTED, EventType.EXECUTION_RESUMED):
             if opened is not None:  # a resume without a pause: the previous worker died; its span ends here
                 intervals.append((opened, event.at))
             opened = event.at
-        elif opened is not None and (
-            event.type == "checkpoint.awaiting_review" or event.type.removeprefix("execution.") in FINAL_STATUSES
-        ):
+        elif opened is not None and (event.type == EventType.CHECKPOINT_AWAITING_REVIEW or event.type in ENDING_EVENTS):
             intervals.append((opened, event.at))
             opened = None
     if opened is not None:
@@ -108,14 +107,14 @@ def timeline(facts: RunFacts, checkpoint_names: dict[str, str]) -> Timeline:
     ]
     started: dict[str, tuple[datetime, str]] = {}
     for event in facts.events:
-        if event.type == "model.request":
+        if event.type == EventType.MODEL_REQUEST:
             duration = float(event.payload.get("durationMs") or 0)
             begin = event.at - timedelta(milliseconds=duration)
             model = str(event.payload.get("model", "model"))
             bars.append(bar("model-request", "model", 1, begin, event.at, f"{model}: {span_text(duration)}"))
-        elif event.type == "tool.call":
+        elif event.type == EventType.TOOL_CALL:
             started[str(event.payload.get("toolCallId"))] = (event.at, str(event.payload.get("tool", "tool")))
-        elif event.type == "tool.result":
+        elif event.type == EventType.TOOL_RESULT:
             begin, tool = started.pop(str(event.payload.get("toolCallId")), (event.at, "tool"))
             failed = "error" in event.payload
             text = f"{tool}: {span_text(ms_between(begin, event.at))}" + (" (failed)" if failed else "")

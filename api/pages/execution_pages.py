@@ -16,8 +16,9 @@ from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.pages import charts
-from core.metrics import FINAL_STATUSES, load_facts, metrics_of, review_waits
+from core.metrics import load_facts, metrics_of, review_waits
 from core.models import Decision, Event, Execution, utcnow
+from core.vocabulary import FINAL, EventType
 from core.web.services import db_session
 from core.web.sessions import login_required, see_other, viewer
 from core.webhooks import RedeliveryRefused, deliveries_of, redeliver
@@ -77,8 +78,14 @@ class ListFilter:
 
     def query(self, **changes: Any) -> str:
         """This filter's query string, with `changes` (for the pager's links)."""
-        values = {"status": self.status, "from": self.start.isoformat() if self.start else "",
-                  "to": self.end.isoformat() if self.end else "", "q": self.q, "page": self.page, **changes}
+        values = {
+            "status": self.status,
+            "from": self.start.isoformat() if self.start else "",
+            "to": self.end.isoformat() if self.end else "",
+            "q": self.q,
+            "page": self.page,
+            **changes,
+        }
         return urlencode({k: v for k, v in values.items() if v and not (k == "page" and v == 1)})
 
     def where(self, user_id: str) -> list[sa.ColumnElement[bool]]:
@@ -106,7 +113,10 @@ async def _decided_waits(session: AsyncSession, executions: sa.Select[Any]) -> l
     """Seconds each decided review wait of these executions lasted (pause event → decision)."""
     rows = await session.execute(
         sa.select(Decision.checkpoint_id, Decision.attempt, Decision.decided_at, Event.payload, Event.created_at)
-        .join(Event, sa.and_(Event.execution_id == Decision.execution_id, Event.type == "checkpoint.awaiting_review"))
+        .join(
+            Event,
+            sa.and_(Event.execution_id == Decision.execution_id, Event.type == EventType.CHECKPOINT_AWAITING_REVIEW),
+        )
         .where(Decision.via != "auto", Decision.execution_id.in_(executions))
     )
     return [
@@ -185,7 +195,7 @@ async def execution_page(execution_id: str) -> str:
         names=names,
         timeline=charts.timeline(facts, names),
         deliveries=await deliveries_of(session, execution.id),
-        can_redeliver=bool(execution.webhook_url) and execution.status in FINAL_STATUSES,
+        can_redeliver=bool(execution.webhook_url) and execution.status in FINAL,
         notice=notice,
         span=charts.span_text,
     )

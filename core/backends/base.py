@@ -7,7 +7,7 @@ Feature modules never test which database they run on: they ask the session's ba
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -106,7 +106,7 @@ class Backend(ABC):
         self,
         session: AsyncSession,
         execution_id: str,
-        items: Sequence[tuple[str, dict[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any]]],
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],
@@ -116,7 +116,7 @@ class Backend(ABC):
 
 
 def event_rows(
-    execution_id: str, first: int, items: Sequence[tuple[str, dict[str, Any]]], now: datetime
+    execution_id: str, first: int, items: Sequence[tuple[str, Mapping[str, Any]]], now: datetime
 ) -> list[dict[str, Any]]:
     """The rows of events `items`, seqs `first` onwards."""
     return [

@@ -6,7 +6,7 @@ data-modifying CTE), and a transaction of one statement commits by itself: round
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.backends.base import Backend, Companion, SelectT, Shape, companion_insert, event_rows
 from core.direct import DirectStatement, run_direct
 from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
+from core.vocabulary import EventType
 
 _EVENT_COLUMNS = ["execution_id", "seq", "type", "payload", "created_at"]
 
@@ -34,7 +35,9 @@ def _slot_free(statuses: tuple[str, ...]) -> sa.ColumnElement[bool]:
 def _claiming_with_event(claiming: DirectStatement) -> DirectStatement:
     """`claiming` and the claim's event in one statement, a data-modifying CTE. Returns as `claiming`."""
     claimed = claiming.statement.cte("claimed")
-    started = sa.case((claimed.c.lease_epoch == 1, "execution.started"), else_="execution.resumed")
+    started = sa.case(
+        (claimed.c.lease_epoch == 1, EventType.EXECUTION_STARTED.value), else_=EventType.EXECUTION_RESUMED.value
+    )
     event = sa.select(
         claimed.c.id,
         claimed.c.last_seq,
@@ -136,7 +139,7 @@ class PostgresBackend(Backend):
         self,
         session: AsyncSession,
         execution_id: str,
-        items: Sequence[tuple[str, dict[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any]]],
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],

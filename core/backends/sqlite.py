@@ -5,7 +5,7 @@ in-process, so writing an event by a statement of its own costs microseconds, no
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -75,7 +75,7 @@ class SqliteBackend(Backend):
         self,
         session: AsyncSession,
         execution_id: str,
-        items: Sequence[tuple[str, dict[str, Any]]],
+        items: Sequence[tuple[str, Mapping[str, Any]]],
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],

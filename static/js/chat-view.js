@@ -13,12 +13,11 @@ const STATUS_TEXT = {
   rejected: "Rejected",
   cancelled: "Cancelled",
 };
-const OUTCOMES = {
-  "execution.completed": "completed",
-  "execution.failed": "failed",
-  "execution.rejected": "rejected",
-  "execution.cancelled": "cancelled",
-};
+// The server's words (core/vocabulary.py), handed over in the page's JSON block: no copy to drift here.
+const VOCABULARY = JSON.parse(document.getElementById("vocabulary").textContent);
+const EVENT = VOCABULARY.eventTypes;
+// execution.completed → completed, …: the event that ends a run, and the status it ends in.
+const OUTCOMES = VOCABULARY.outcomes;
 const OUTCOME_TITLES = {
   completed: "Task completed",
   failed: "Task failed",
@@ -221,27 +220,27 @@ export function createView(root, needState) {
 
   function systemText(type, payload) {
     switch (type) {
-      case "execution.created":
+      case EVENT.EXECUTION_CREATED:
         return "Task created";
-      case "execution.started":
+      case EVENT.EXECUTION_STARTED:
         return "The agent started";
-      case "execution.resumed":
+      case EVENT.EXECUTION_RESUMED:
         return "The agent resumed";
-      case "execution.updated":
+      case EVENT.EXECUTION_UPDATED:
         return `${payload.field || "A setting"} changed to ${payload.to || "nothing"} by ${payload.by || "the owner"}`;
-      case "checkpoint.decided":
+      case EVENT.CHECKPOINT_DECIDED:
         return "A checkpoint passed without review (test mode: without verification)";
-      case "checkpoint.revision_requested":
+      case EVENT.CHECKPOINT_REVISION_REQUESTED:
         return `Attempt ${payload.attempt} rejected: the agent revises and asks again (attempt ${payload.nextAttempt})`;
-      case "review.reminder_sent":
+      case EVENT.REVIEW_REMINDER_SENT:
         return `Reminder sent to ${payload.to}`;
-      case "review.escalated":
+      case EVENT.REVIEW_ESCALATED:
         return `Escalated to the backup reviewer ${payload.to}`;
-      case "review.deadline_passed":
+      case EVENT.REVIEW_DEADLINE_PASSED:
         return `The review deadline passed: ${payload.policy} applies`;
-      case "mail.failed":
+      case EVENT.MAIL_FAILED:
         return `Mail to ${payload.to} could not be sent: ${payload.reason}`;
-      case "model.request": {
+      case EVENT.MODEL_REQUEST: {
         const seconds = (Number(payload.durationMs) || 0) / 1000;
         const cost = typeof payload.costUsd === "number" ? `, $${payload.costUsd.toFixed(4)}` : "";
         return `Asked ${payload.model || "the model"}: ${payload.inputTokens || 0} tokens in, ` +
@@ -281,17 +280,17 @@ export function createView(root, needState) {
     const type = message.type;
     const payload = message.payload || {};
     let element = null;
-    if (type === "agent.message") {
+    if (type === EVENT.AGENT_MESSAGE) {
       element = fromTemplate("message", message);
       fill(element, "text", payload.text);
-    } else if (type === "tool.call") {
+    } else if (type === EVENT.TOOL_CALL) {
       element = fromTemplate("tool", message);
       element.dataset.toolCallId = payload.toolCallId;
       fill(element, "tool", payload.tool);
       fill(element, "argsText", pretty(payload.args || {}));
       showPart(element, "world", Boolean(payload.actsOnWorld));
       tools.set(payload.toolCallId, element);
-    } else if (type === "tool.result") {
+    } else if (type === EVENT.TOOL_RESULT) {
       const call = tools.get(payload.toolCallId);
       if (call) {
         const failed = payload.error !== undefined && payload.error !== null;
@@ -301,7 +300,7 @@ export function createView(root, needState) {
         fill(call, "resultText", failed ? String(payload.error) : pretty(payload.result));
         showPart(call, "result", true);
       }
-    } else if (type === "checkpoint.awaiting_review") {
+    } else if (type === EVENT.CHECKPOINT_AWAITING_REVIEW) {
       const next = payload.nextAction || {};
       element = fromTemplate("card", message);
       element.dataset.checkpointId = payload.checkpointId;
@@ -323,7 +322,7 @@ export function createView(root, needState) {
       cards.set(payload.checkpointId, element);
       refreshCard(element);
       setStatus("awaiting_review");
-    } else if (type === "checkpoint.decided" && payload.via !== "auto") {
+    } else if (type === EVENT.CHECKPOINT_DECIDED && payload.via !== "auto") {
       const card = cards.get(payload.checkpointId);
       if (card) {
         markDecided(card, payload);
@@ -365,9 +364,9 @@ export function createView(root, needState) {
         element = fromTemplate("system", message);
         fill(element, "text", text);
       }
-      if (type === "execution.started" || type === "execution.resumed") {
+      if (type === EVENT.EXECUTION_STARTED || type === EVENT.EXECUTION_RESUMED) {
         setStatus("running");
-      } else if (type === "execution.updated" && payload.field === "assignedReviewer") {
+      } else if (type === EVENT.EXECUTION_UPDATED && payload.field === "assignedReviewer") {
         view.reviewer = payload.to || "";
         document.getElementById("reviewer").textContent = view.reviewer || "none";
         // Whether this watcher may decide may have changed with the reviewer: the server says.

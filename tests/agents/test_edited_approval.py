@@ -11,6 +11,7 @@ import pytest
 
 from core.db import Database
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import InvalidInput, decide
 from review.decisions import Verdict
 from tests.agents.test_model_agent import MAIL, MAIL_TASK, model_settings, run
@@ -48,7 +49,7 @@ async def test_the_model_s_call_runs_with_the_edits_and_the_model_is_told(db: Da
         assert checkpoint.next_action["editable"] is True
         async with db.transaction() as session:
             record = await decide(
-                session, checkpoint.id, "approve", by=REVIEWER, via="api", edited_args={"subject": final}
+                session, checkpoint.id, "approve", by=REVIEWER, via=Channel.API, edited_args={"subject": final}
             )
         assert (record.original_args, record.edited_args) == (MAIL, {"subject": final})
         await run(db, config)
@@ -78,7 +79,7 @@ async def test_the_offline_agent_s_gated_call_runs_with_the_edits(db: Database, 
             checkpoint_id,
             "approve",
             by=REVIEWER,
-            via="web",
+            via=Channel.WEB,
             edited_args={"to": "carol@example.com", "subject": "Draft", "body": "Hello Carol"},
         )
     snap = await snapshot(db, exe)
@@ -118,7 +119,7 @@ async def test_edits_the_tool_would_refuse_are_refused_naming_the_argument(
                 checkpoint_id,
                 verdict,
                 by=REVIEWER,
-                via="api",
+                via=Channel.API,
                 comment="why",
                 edited_args=edits,
             )
@@ -141,7 +142,9 @@ async def test_a_caller_checkpoint_holds_its_steps_call_and_approves_it_edited(
     assert checkpoint.next_action["toolCallId"] == held[0].id == checkpoint.tool_call_id
     proposed = dict(checkpoint.next_action["args"])
     async with db.transaction() as session:
-        await decide(session, checkpoint.id, "approve", by=REVIEWER, via="chat", edited_args={"subject": "Edited"})
+        await decide(
+            session, checkpoint.id, "approve", by=REVIEWER, via=Channel.CHAT, edited_args={"subject": "Edited"}
+        )
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
     assert snap.execution.status == "completed", snap.execution.error

@@ -18,6 +18,7 @@ from core.db import Database
 from core.metrics import execution_metrics
 from core.models import Execution, MailMessage, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide
 from tests.agents.test_runner import REVIEWER, claim_and_run, new_execution, snapshot
 from tests.support.fake_llm import FakeLLM, call, fail, fake_llm, last_tool_result, say
@@ -67,7 +68,7 @@ async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: D
         assert [(c.tool, c.status) for c in snap.calls] == [("send_email", "proposed")]
 
         async with db.transaction() as session:
-            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via="api")
+            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via=Channel.API)
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed", snap.execution.error
@@ -106,7 +107,7 @@ async def test_a_rejection_reaches_the_model_verbatim_and_its_next_try_is_the_ne
         await run(db, config)
         checkpoint_id = (await snapshot(db, exe)).checkpoints[0].id
         async with db.transaction() as session:
-            await decide(session, checkpoint_id, "reject", by=REVIEWER, via="web", comment=comment)
+            await decide(session, checkpoint_id, "reject", by=REVIEWER, via=Channel.WEB, comment=comment)
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "awaiting_review"
@@ -119,7 +120,7 @@ async def test_a_rejection_reaches_the_model_verbatim_and_its_next_try_is_the_ne
         ]
         assert [(c.tool, c.status) for c in snap.calls] == [("send_email", "rejected"), ("send_email", "proposed")]
         async with db.transaction() as session:
-            await decide(session, checkpoint_id, "approve", by=REVIEWER, via="web")
+            await decide(session, checkpoint_id, "approve", by=REVIEWER, via=Channel.WEB)
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed"
@@ -148,7 +149,7 @@ async def test_a_caller_checkpoint_the_model_never_asks_for_is_reviewed_before_c
         assert awaiting["nextAction"]["tool"] == "finish"
         assert awaiting["nextAction"]["args"] == {"summary": "All done."}
         async with db.transaction() as session:
-            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via="chat")
+            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via=Channel.CHAT)
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed"
@@ -183,7 +184,7 @@ async def test_request_review_pauses_at_the_earliest_unanswered_stage_and_the_an
         assert awaiting["stage"] == "Outline"
         assert awaiting["nextAction"]["args"] == {"stage": "draft", "summary": "draft written"}
         async with db.transaction() as session:
-            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via="web", comment="nice")
+            await decide(session, snap.checkpoints[0].id, "approve", by=REVIEWER, via=Channel.WEB, comment="nice")
         await run(db, config)
         # finish: the Draft checkpoint is still unanswered, so it is reviewed before completion.
         snap = await snapshot(db, exe)
@@ -344,7 +345,7 @@ async def test_a_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, 
                     awaiting["checkpointId"],
                     "reject",
                     by=REVIEWER,
-                    via="web",
+                    via=Channel.WEB,
                     comment="It went through; do not charge twice.",
                 )
             await run(db, config)

@@ -22,6 +22,7 @@ from core.allowlist import parse_allowlist
 from core.db import Database
 from core.models import Execution, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide as review_decide
 from tests.agents.test_model_agent import MAIL, MAIL_TASK, model_settings, run
 from tests.agents.test_runner import REVIEWER, new_execution, snapshot
@@ -113,7 +114,7 @@ async def test_a_rejected_call_does_not_run_and_the_model_hears_the_comment(db: 
         await run(db, config)
         checkpoint_id = (await snapshot(db, exe)).checkpoints[0].id
         async with db.transaction() as session:
-            await review_decide(session, checkpoint_id, "reject", by=REVIEWER, via="web", comment=comment)
+            await review_decide(session, checkpoint_id, "reject", by=REVIEWER, via=Channel.WEB, comment=comment)
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.mails == []
@@ -146,7 +147,7 @@ async def test_request_review_for_a_later_stage_does_not_skip_an_earlier_one(db:
         assert first["stage"] == "Outline"  # the earliest unanswered one, whatever stage the model named
         assert first["nextAction"]["tool"] == "request_review"
         async with db.transaction() as session:
-            await review_decide(session, first["checkpointId"], "approve", by=REVIEWER, via="api")
+            await review_decide(session, first["checkpointId"], "approve", by=REVIEWER, via=Channel.API)
         await run(db, config)
         snap = await snapshot(db, exe)
         assert "Outline" in last_tool_result(llm.requests[1])  # the model is told which stage was passed
@@ -156,7 +157,7 @@ async def test_request_review_for_a_later_stage_does_not_skip_an_earlier_one(db:
         assert (second["stage"], second["nextAction"]["tool"]) == ("Send it?", "send_email")
         assert second["nextAction"]["toolCallId"] == snap.calls[0].id
         async with db.transaction() as session:
-            await review_decide(session, second["checkpointId"], "approve", by=REVIEWER, via="api")
+            await review_decide(session, second["checkpointId"], "approve", by=REVIEWER, via=Channel.API)
         await run(db, config)
         snap = await snapshot(db, exe)
         # Every caller checkpoint answered, none auto-detected: the second mail needs no review of its own.
@@ -188,7 +189,7 @@ async def test_with_auto_detection_the_call_passes_the_caller_checkpoint_then_it
             assert awaiting["nextAction"]["toolCallId"] == snap.calls[0].id
             stages.append(awaiting["stage"])
             async with db.transaction() as session:
-                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via="api")
+                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via=Channel.API)
         assert stages == ["Send it?", "Before sending e-mail"]
         await run(db, config)
         snap = await snapshot(db, exe)
@@ -232,7 +233,7 @@ async def test_an_http_request_waits_at_the_caller_checkpoint_too(db: Database, 
             [awaiting] = snap.payloads("checkpoint.awaiting_review")
             assert awaiting["nextAction"]["tool"] == "http_request"
             async with db.transaction() as session:
-                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via="api")
+                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via=Channel.API)
             await run(db, config)
             assert (await snapshot(db, exe)).execution.status == "completed"
             assert hits == ["go"]
@@ -292,7 +293,7 @@ async def test_an_approved_post_cut_off_mid_request_is_not_repeated_blindly(db: 
             await run(db, config)
             [awaiting] = (await snapshot(db, exe)).payloads("checkpoint.awaiting_review")
             async with db.transaction() as session:
-                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via="api")
+                await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via=Channel.API)
             got = await claim_next(db, "worker-1", 30)
             assert got is not None
             doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())

@@ -14,6 +14,7 @@ import pytest
 
 from core.db import Database
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide
 from tests.agents.test_model_agent import model_settings, run
 from tests.agents.test_runner import REVIEWER, Snapshot, new_execution, snapshot
@@ -66,7 +67,7 @@ async def test_a_provider_that_is_down_is_retried_then_fails_the_run_with_its_ch
         await run(db, config)
         [checkpoint] = (await snapshot(db, exe)).checkpoints
         async with db.transaction() as session:
-            await decide(session, checkpoint.id, "approve", by=REVIEWER, via="api", comment="go on")
+            await decide(session, checkpoint.id, "approve", by=REVIEWER, via=Channel.API, comment="go on")
         # The provider goes down: every answer is a 503, each retried with backoff by the client.
         llm.add(*[fail(503, "overloaded") for _ in range(retries + 1)])
         await run(db, config)

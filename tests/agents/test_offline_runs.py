@@ -13,6 +13,7 @@ from api.status import record_and_facts
 from core.db import Database
 from core.models import Execution
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide
 from tests.agents.test_runner import REVIEWER, claim_and_run, new_execution, snapshot
 
@@ -138,7 +139,7 @@ async def test_each_checkpoint_guards_the_mail_it_names(db: Database, settings: 
             )
         )
         async with db.transaction() as session:
-            await decide(session, waiting["checkpointId"], "approve", by=REVIEWER, via="web")
+            await decide(session, waiting["checkpointId"], "approve", by=REVIEWER, via=Channel.WEB)
     board_step = {
         "step": 1,
         "tool": "send_email",
@@ -173,7 +174,7 @@ async def test_a_leftover_checkpoint_guards_the_finish(db: Database, settings: S
     first = (await snapshot(db, exe)).payloads("checkpoint.awaiting_review")[-1]
     assert first["guards"]["tool"] == "send_email"
     async with db.transaction() as session:
-        await decide(session, first["checkpointId"], "approve", by=REVIEWER, via="web")
+        await decide(session, first["checkpointId"], "approve", by=REVIEWER, via=Channel.WEB)
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
     second = snap.payloads("checkpoint.awaiting_review")[-1]

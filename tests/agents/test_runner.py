@@ -24,6 +24,7 @@ from core.events import events_after
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Decision, Execution, MailMessage, ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide
 from tests.conftest import make_account
 from tests.support.waiting import channel_of, until
@@ -276,7 +277,7 @@ async def test_pause_is_data_and_resume_continues_from_the_cursor(db: Database, 
     assert await claim_next(db, "worker-2", 30) is None
 
     async with db.transaction() as session:
-        await decide(session, checkpoint.id, "approve", by=REVIEWER, via="web", comment="go ahead")
+        await decide(session, checkpoint.id, "approve", by=REVIEWER, via=Channel.WEB, comment="go ahead")
 
     second = await claim_and_run(db, settings, "worker-2")
     assert second.execution_id == exe
@@ -327,7 +328,7 @@ async def test_checkpoint_before_finishing_pauses_then_completes(db: Database, s
     assert paused.execution.status == "awaiting_review"
     assert paused.payloads("checkpoint.awaiting_review")[0]["nextAction"]["tool"] == "finish"
     async with db.transaction() as session:
-        await decide(session, paused.checkpoints[0].id, "approve", by=REVIEWER, via="email")
+        await decide(session, paused.checkpoints[0].id, "approve", by=REVIEWER, via=Channel.EMAIL)
     await claim_and_run(db, settings)
     assert (await snapshot(db, exe)).execution.status == "completed"
 
@@ -340,7 +341,7 @@ async def test_rejected_execution_is_not_resumed(db: Database, settings: Setting
     await claim_and_run(db, settings)
     checkpoint = (await snapshot(db, exe)).checkpoints[0]
     async with db.transaction() as session:
-        await decide(session, checkpoint.id, "reject", by=REVIEWER, via="chat", comment="no")
+        await decide(session, checkpoint.id, "reject", by=REVIEWER, via=Channel.CHAT, comment="no")
     assert await claim_next(db, "worker-2", 30) is None
     snap = await snapshot(db, exe)
     assert snap.execution.status == "rejected"

@@ -7,7 +7,7 @@ from datetime import datetime
 from core.db import Database
 from core.ids import new_id
 from core.models import Checkpoint, Execution, utcnow
-from review.decisions import FINAL_STATUSES
+from core.vocabulary import FINAL as FINAL_STATUSES
 from tests.conftest import Account
 
 

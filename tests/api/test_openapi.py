@@ -15,14 +15,13 @@ from openapi_spec_validator import OpenAPIV31SpecValidator
 from pydantic import ValidationError
 
 from api.apidocs import doc_text
-from api.executions import STATUSES
 from api.openapi import DOCS_PATH, OPENAPI_PATH, build_document
 from api.openapi_models import Channel, ExecutionStatus
 from api.openapi_operations import OPERATIONS, PROBLEM_CODES
 from api.openapi_schemas import component_schemas
 from api.schemas import CreateTaskIn
 from core.apikeys import SCOPES
-from review.decisions import CHANNELS, FINAL_STATUSES
+from core.vocabulary import CHANNELS, EXECUTION_STATUSES, FINAL
 from tests.api.helpers import CREATE, account, assert_problem, task
 from tests.conftest import Service, bearer
 
@@ -93,7 +92,7 @@ async def test_every_operation_is_fully_described(api_only: Service) -> None:
 
 
 def test_the_document_enums_are_the_code_s() -> None:
-    assert set(get_args(ExecutionStatus)) == set(STATUSES) and FINAL_STATUSES <= set(STATUSES)
+    assert set(get_args(ExecutionStatus)) == set(EXECUTION_STATUSES) and FINAL <= set(EXECUTION_STATUSES)
     assert set(get_args(Channel)) == set(CHANNELS)
     assert {op.scope for op in OPERATIONS} - {None} <= set(SCOPES)
     assert {code for op in OPERATIONS for code in op.problems} <= set(PROBLEM_CODES)

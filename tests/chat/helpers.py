@@ -16,7 +16,7 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.accounts import create_user, user_by_email
 from core.db import Database
-from core.events import append_event
+from core.events import append_any_event
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Execution, User, WebSession, utcnow
 from core.settings import Settings
@@ -69,7 +69,7 @@ async def append(db: Database, execution_id: str, count: int = 1, type_: str = "
     seqs = []
     for n in range(count):
         async with db.transaction() as session:
-            event = await append_event(session, execution_id, type_, {"text": f"message {n}"})
+            event = await append_any_event(session, execution_id, type_, {"text": f"message {n}"})
             seqs.append(event.seq)
     return seqs
 
@@ -88,7 +88,7 @@ async def pause_at_first_checkpoint(db: Database, execution_id: str) -> str:
         await session.execute(
             sa.update(Execution).where(Execution.id == execution_id).values(status="awaiting_review")
         )
-        await append_event(
+        await append_any_event(
             session,
             execution_id,
             "checkpoint.awaiting_review",

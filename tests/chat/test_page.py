@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from quart import Quart
@@ -11,10 +13,11 @@ from werkzeug.datastructures import Headers
 
 from api.app import create_app
 from core.db import Database
-from core.events import append_event
+from core.events import append_any_event
 from core.links import chat_view_token
 from core.models import Execution, utcnow
 from core.settings import Settings
+from core.vocabulary import FINAL, Channel, EventType
 from review import decide
 from tests.chat.helpers import REVIEWER, new_execution, pause_at_first_checkpoint, sign_in
 
@@ -55,8 +58,8 @@ async def test_task_and_agent_text_render_as_text_under_a_strict_csp(app: Quart,
     db = database(app)
     execution_id = await new_execution(db, settings, name=XSS_NAME, description=f"Do this {XSS_TEXT}")
     async with db.transaction() as session:
-        await append_event(session, execution_id, "agent.message", {"text": XSS_TEXT})
-        await append_event(
+        await append_any_event(session, execution_id, "agent.message", {"text": XSS_TEXT})
+        await append_any_event(
             session,
             execution_id,
             "tool.call",
@@ -67,8 +70,8 @@ async def test_task_and_agent_text_render_as_text_under_a_strict_csp(app: Quart,
     assert XSS_NAME not in page and XSS_TEXT not in page
     assert "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "&lt;script&gt;alert(&#34;agent&#34;)&lt;/script&gt;" in page
-    # Every script is a file of our own; the policy allows no other.
-    assert re.findall(r"<script(?![^>]*\ssrc=)", page) == []
+    # Every script is a file of our own; the policy allows no other. JSON data blocks are never executed.
+    assert re.findall(r"<script(?![^>]*\s(?:src=|type=\"application/json\"))", page) == []
     csp = headers["Content-Security-Policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
     # The address holds the view token: it must not travel on in a Referer.
@@ -117,19 +120,19 @@ async def test_the_whole_history_is_rendered_on_the_server(app: Quart, settings:
     db = database(app)
     execution_id = await new_execution(db, settings)
     async with db.transaction() as session:
-        await append_event(session, execution_id, "execution.started", {"worker": "w1"})
-        await append_event(session, execution_id, "agent.message", {"text": "Plan:\n1. write"})
+        await append_any_event(session, execution_id, "execution.started", {"worker": "w1"})
+        await append_any_event(session, execution_id, "agent.message", {"text": "Plan:\n1. write"})
         call = {"toolCallId": "call_1", "tool": "write_file", "args": {"path": "a.md"}, "actsOnWorld": False}
-        await append_event(session, execution_id, "tool.call", call)
+        await append_any_event(session, execution_id, "tool.call", call)
         result = {"toolCallId": "call_1", "tool": "write_file", "result": {"bytes": 2}, "durationMs": 12.5}
-        await append_event(session, execution_id, "tool.result", result)
+        await append_any_event(session, execution_id, "tool.result", result)
     checkpoint_id = await pause_at_first_checkpoint(db, execution_id)
     async with db.transaction() as session:
-        await decide(session, checkpoint_id, "approve", by=REVIEWER, via="chat", comment="fine by me")
+        await decide(session, checkpoint_id, "approve", by=REVIEWER, via=Channel.CHAT, comment="fine by me")
     async with db.transaction() as session:
-        await append_event(session, execution_id, "execution.resumed", {"worker": "w2"})
+        await append_any_event(session, execution_id, "execution.resumed", {"worker": "w2"})
         done = {"status": "completed", "result": {"summary": "ok", "steps": ["wrote a.md"], "unrecognised": []}}
-        await append_event(session, execution_id, "execution.completed", done)
+        await append_any_event(session, execution_id, "execution.completed", done)
         row = await session.get_one(Execution, execution_id)
         row.status, row.completed_at = "completed", utcnow()
 
@@ -171,7 +174,7 @@ async def test_the_page_names_the_agent_the_step_a_card_guards_and_a_coded_failu
     execution_id = await new_execution(db, settings)
     guards = {"step": 2, "tool": "send_email", "instruction": 'email press@acme.example saying "we grew"'}
     async with db.transaction() as session:
-        await append_event(
+        await append_any_event(
             session,
             execution_id,
             "checkpoint.awaiting_review",
@@ -186,10 +189,24 @@ async def test_the_page_names_the_agent_the_step_a_card_guards_and_a_coded_failu
             },
         )
         error = {"code": "tool_failed", "detail": "Step 2 failed: refused", "step": 2, "tool": "send_email"}
-        await append_event(session, execution_id, "execution.failed", {"status": "failed", "error": error})
+        await append_any_event(session, execution_id, "execution.failed", {"status": "failed", "error": error})
     status, page, _ = await get(app, chat_path(settings, execution_id))
     assert status == 200
     assert re.search(r'<dd id="agent">offline \(rule-based\)</dd>', page)
     assert "step 2, send_email: email press@acme.example saying &#34;we grew&#34;" in page
     # The failure's sentence, not the object's repr.
     assert "Step 2 failed: refused" in page and "tool_failed" not in page.split('id="feed"', 1)[1]
+
+
+async def test_the_script_gets_the_event_types_from_the_page(app: Quart, settings: Settings) -> None:
+    execution_id = await new_execution(database(app), settings)
+    status, page, _ = await get(app, chat_path(settings, execution_id))
+    assert status == 200
+    found = re.search(r'<script type="application/json" id="vocabulary">(.*?)</script>', page, re.S)
+    assert found, "no vocabulary block"
+    vocabulary = json.loads(found.group(1))
+    assert vocabulary["eventTypes"] == {member.name: member.value for member in EventType}
+    assert vocabulary["outcomes"] == {f"execution.{status}": status for status in FINAL}
+    # …and keeps no copy of its own: no event type is spelled out in the script.
+    script = (Path(__file__).parents[2] / "static" / "js" / "chat-view.js").read_text()
+    assert [t.value for t in EventType if f'"{t.value}"' in script or f"'{t.value}'" in script] == []

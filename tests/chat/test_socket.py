@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from chat.socket import REPLAY_PAGE
 from core.db import Database
-from core.events import append_event, events_after
+from core.events import append_any_event, events_after
 from core.links import chat_view_token
 from core.models import Decision, Execution
 from core.settings import Settings
@@ -151,7 +151,7 @@ async def test_a_long_history_replays_in_pages(
     execution_id = await new_execution(worker_db, chat_settings)
     async with worker_db.transaction() as session:  # one transaction: quick, and the seqs are the same
         for n in range(REPLAY_PAGE + 120):
-            await append_event(session, execution_id, "agent.message", {"text": str(n)})
+            await append_any_event(session, execution_id, "agent.message", {"text": str(n)})
     token = token_of(chat_settings, execution_id)
     watcher = await watcher_on(web, watchers, auth={"executionId": execution_id, "token": token})
     after, pages = 0, []

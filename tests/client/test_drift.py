@@ -22,9 +22,9 @@ from vouch_client.webhooks import sign as client_sign
 from api import openapi_models as served
 from api.openapi_operations import PROBLEM_CODES
 from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
-from core import webhooks as server_webhooks
+from core.vocabulary import ENDING_EVENTS
+from core.vocabulary import FINAL as FINAL_STATUSES
 from core.webhook_secrets import sign as server_sign
-from review.decisions import FINAL_STATUSES
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "vouch-client"
@@ -73,12 +73,12 @@ def _literal(model: type[BaseModel], name: str) -> set[Any]:
 
 
 def test_statuses_and_choices_match() -> None:
-    assert models.FINAL_STATUSES == FINAL_STATUSES == server_webhooks.FINAL_STATUSES
+    assert models.FINAL_STATUSES == FINAL_STATUSES
     assert FINAL_STATUSES <= set(get_args(served.ExecutionStatus))
     # The CLI's exit codes name every final status, and `waiting_checkpoint` looks for a status the server uses.
     assert set(cli.EXIT_CODES) == FINAL_STATUSES
     assert "awaiting_review" in get_args(served.CheckpointStatus)
-    assert set(models.OUTCOME_EVENTS) == server_webhooks.FINAL_EVENTS
+    assert set(models.OUTCOME_EVENTS) == ENDING_EVENTS
     assert all(event == f"execution.{status}" for event, status in models.OUTCOME_EVENTS.items())
     for field in ("testMode", "onDeadline"):
         assert _literal(models.TaskSpec, field) == _literal(CreateTaskIn, field), field

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from core.db import Database
-from core.events import append_event, event_message
+from core.events import append_any_event, event_message
 from core.settings import Settings
 from tests.core.test_events import new_executions
 
@@ -26,11 +26,11 @@ async def test_sinks_get_committed_events_in_order_and_nothing_rolled_back(db: D
     db.add_event_sink(second)
     with pytest.raises(LookupError):
         async with db.transaction() as session:
-            await append_event(session, execution_id, "test.lost")
+            await append_any_event(session, execution_id, "test.lost")
             raise LookupError
     async with db.transaction() as session:
-        one = await append_event(session, execution_id, "test.kept", {"n": 1})
-        two = await append_event(session, execution_id, "test.kept", {"n": 2})
+        one = await append_any_event(session, execution_id, "test.kept", {"n": 1})
+        two = await append_any_event(session, execution_id, "test.kept", {"n": 2})
         assert seen == []  # nothing before the commit
     assert seen == [("first", 2), ("second", 2), ("first", 3), ("second", 3)]
     db.remove_event_sink(first)
@@ -53,5 +53,5 @@ async def test_a_failing_sink_neither_fails_the_commit_nor_starves_the_others(
     db.add_event_sink(broken)
     db.add_event_sink(working)
     async with db.transaction() as session:
-        event = await append_event(session, execution_id, "test.kept")
+        event = await append_any_event(session, execution_id, "test.kept")
     assert got == [event_message(event)]

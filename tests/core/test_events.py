@@ -1,4 +1,4 @@
-"""core.events.append_event: per-execution seq, contiguous, unique under concurrency."""
+"""core.events.append_any_event: per-execution seq, contiguous, unique under concurrency."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.bus import execution_channel
 from core.db import Database
-from core.events import append_event, event_message, events_after
+from core.events import append_any_event, event_message, events_after
 from core.ids import new_id
 from core.models import ApiKey, Event, Execution
 from core.settings import Settings
@@ -45,13 +45,13 @@ async def test_seqs_are_contiguous_and_per_execution(db: Database, settings: Set
     # create_execution already wrote execution.created as seq 1 of each.
     assert await seqs(db, one) == [1]
     async with db.transaction() as session:
-        a = await append_event(session, one, "test.a", {"n": 1})
-        b = await append_event(session, one, "test.b")
-        c = await append_event(session, two, "test.c")
+        a = await append_any_event(session, one, "test.a", {"n": 1})
+        b = await append_any_event(session, one, "test.b")
+        c = await append_any_event(session, two, "test.c")
     assert (a.seq, b.seq, c.seq) == (2, 3, 2)
     async with db.transaction() as session:
         for n in range(5):
-            await append_event(session, two, "test.more", {"n": n})
+            await append_any_event(session, two, "test.more", {"n": n})
     assert await seqs(db, one) == [1, 2, 3]
     assert await seqs(db, two) == [1, 2, 3, 4, 5, 6, 7]
     assert await last_seq(db, one) == 3
@@ -67,12 +67,12 @@ async def test_rolled_back_event_gives_its_seq_back(db: Database, settings: Sett
     (one,) = await new_executions(db, settings, 1)
     try:
         async with db.transaction() as session:
-            await append_event(session, one, "test.lost")
+            await append_any_event(session, one, "test.lost")
             raise LookupError
     except LookupError:
         pass
     async with db.transaction() as session:
-        kept = await append_event(session, one, "test.kept")
+        kept = await append_any_event(session, one, "test.kept")
     assert kept.seq == 2
     assert await seqs(db, one) == [1, 2]
 
@@ -81,7 +81,7 @@ async def test_event_is_published_after_commit_with_its_seq(db: Database, settin
     (one,) = await new_executions(db, settings, 1)
     async with db.bus.subscribe(execution_channel(one)) as sub:
         async with db.transaction() as session:
-            event = await append_event(session, one, "test.live", {"x": 1})
+            event = await append_any_event(session, one, "test.live", {"x": 1})
             assert await sub.get(timeout=0) is None
         message = await sub.get(timeout=5)
     assert message is not None
@@ -98,7 +98,7 @@ async def test_concurrent_appends_get_unique_contiguous_seqs(db: Database, setti
 
     async def append_some(execution_id: str, writer: int) -> list[int]:
         async with db.transaction() as session:
-            events = [await append_event(session, execution_id, "test.concurrent", {"w": writer}) for _ in range(3)]
+            events = [await append_any_event(session, execution_id, "test.concurrent", {"w": writer}) for _ in range(3)]
             await asyncio.sleep(0)  # let the others try to interleave before commit
             return [e.seq for e in events]
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from core.allowlist import parse_allowlist
 from core.db import Database
-from core.events import append_event
+from core.events import append_any_event
 from core.models import Execution, WebhookDelivery, utcnow
 from core.settings import Settings
 from core.webhook_secrets import derive_secret, rotate_secret, signing_secrets
@@ -74,12 +74,12 @@ async def test_the_final_state_and_its_delivery_commit_together(
 ) -> None:
     execution_id = await new_execution(db, owner, "http://127.0.0.1:9/hook")
     async with db.transaction() as session:  # events that are no webhook queue nothing
-        await append_event(session, execution_id, "agent.message", {"text": "hi"})
-        await append_event(session, execution_id, "checkpoint.awaiting_review", {"checkpointId": "chk_1"})
+        await append_any_event(session, execution_id, "agent.message", {"text": "hi"})
+        await append_any_event(session, execution_id, "checkpoint.awaiting_review", {"checkpointId": "chk_1"})
     assert await deliveries(db, execution_id) == []
     with pytest.raises(RuntimeError):
         async with db.transaction() as session:
-            await append_event(session, execution_id, "execution.completed", {"status": "completed"})
+            await append_any_event(session, execution_id, "execution.completed", {"status": "completed"})
             raise RuntimeError("the transaction fails after the event")
     assert await deliveries(db, execution_id) == []
     await finish(db, execution_id, result={"summary": "All done."})
@@ -99,8 +99,8 @@ async def test_the_final_state_and_its_delivery_commit_together(
 async def test_optional_checkpoint_events_are_sent_only_when_asked_for(db: Database, owner: Account) -> None:
     execution_id = await new_execution(db, owner, "http://127.0.0.1:9/hook", events=["checkpoint.decided"])
     async with db.transaction() as session:
-        await append_event(session, execution_id, "checkpoint.awaiting_review", {"checkpointId": "chk_1"})
-        await append_event(
+        await append_any_event(session, execution_id, "checkpoint.awaiting_review", {"checkpointId": "chk_1"})
+        await append_any_event(
             session, execution_id, "checkpoint.decided",
             {"checkpointId": "chk_1", "decision": "approve", "by": "r@example.com", "via": "api", "attempt": 1},
         )  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from core.db import Database
-from core.events import append_event
+from core.events import append_any_event
 from core.ids import new_id
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
@@ -59,7 +59,7 @@ async def finish(db: Database, execution_id: str, status: str = "completed", **v
             .where(Execution.id == execution_id)
             .values(status=status, completed_at=utcnow(), **values)
         )
-        await append_event(session, execution_id, f"execution.{status}", {"status": status})
+        await append_any_event(session, execution_id, f"execution.{status}", {"status": status})
 
 
 async def deliveries(db: Database, execution_id: str) -> list[WebhookDelivery]:

@@ -14,10 +14,12 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.bus import WAKE_CHANNEL
 from core.db import Database
-from core.events import events_after, isoformat
+from core.events import events_after
+from core.formatting import isoformat
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Decision, Execution, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import AlreadyDecided, DecisionError, DecisionRecord, NotAwaitingReview, NotReviewer, decide
 from tests.conftest import make_account
 
@@ -92,7 +94,13 @@ async def test_approve(db: Database, settings: Settings) -> None:
     async with db.bus.subscribe(WAKE_CHANNEL) as wake:
         async with db.transaction() as session:
             record = await decide(
-                session, first, "approve", by=REVIEWER, via="email", comment="looks fine", remote_addr="203.0.113.9"
+                session,
+                first,
+                "approve",
+                by=REVIEWER,
+                via=Channel.EMAIL,
+                comment="looks fine",
+                remote_addr="203.0.113.9",
             )
             assert await wake.get(timeout=0) is None, "the wake-up goes out only after commit"
         assert await wake.get(timeout=5) == {"executionId": exe}
@@ -142,7 +150,7 @@ async def test_reject_with_no_revisions_left_ends_the_run(db: Database, settings
     exe, (first, _second) = await paused_execution(db, settings, max_revisions=0)
     async with db.bus.subscribe(WAKE_CHANNEL) as wake:
         async with db.transaction() as session:
-            record = await decide(session, first, "reject", by=REVIEWER, via="chat", comment="wrong recipient")
+            record = await decide(session, first, "reject", by=REVIEWER, via=Channel.CHAT, comment="wrong recipient")
         assert await wake.get(timeout=0.05) is None, "a rejection wakes no worker"
     after = await state(db, exe)
     assert [c.status for c in after["checkpoints"]] == ["rejected", "pending"]
@@ -166,11 +174,11 @@ async def test_reject_with_no_revisions_left_ends_the_run(db: Database, settings
 async def test_second_answer_is_refused_naming_the_first(db: Database, settings: Settings) -> None:
     exe, (first, _) = await paused_execution(db, settings)
     async with db.transaction() as session:
-        winner = await decide(session, first, "approve", by=REVIEWER, via="email")
+        winner = await decide(session, first, "approve", by=REVIEWER, via=Channel.EMAIL)
     before = await state(db, exe)
     with pytest.raises(AlreadyDecided) as refused:
         async with db.transaction() as session:
-            await decide(session, first, "reject", by="bob@example.com", via="web", comment="no")
+            await decide(session, first, "reject", by="bob@example.com", via=Channel.WEB, comment="no")
     message = str(refused.value)
     assert "already approved" in message
     assert REVIEWER in message
@@ -187,10 +195,10 @@ async def test_second_answer_is_refused_naming_the_first(db: Database, settings:
 async def test_refusal_after_a_rejection_says_rejected(db: Database, settings: Settings) -> None:
     _exe, (first, _) = await paused_execution(db, settings)
     async with db.transaction() as session:
-        await decide(session, first, "reject", by=REVIEWER, via="api", comment="no")
+        await decide(session, first, "reject", by=REVIEWER, via=Channel.API, comment="no")
     with pytest.raises(AlreadyDecided, match=r"already rejected by reviewer@example\.com via api at "):
         async with db.transaction() as session:
-            await decide(session, first, "reject", by=REVIEWER, via="api", comment="no")
+            await decide(session, first, "reject", by=REVIEWER, via=Channel.API, comment="no")
 
 
 async def test_pending_checkpoint_is_not_awaiting_review(db: Database, settings: Settings) -> None:
@@ -198,7 +206,7 @@ async def test_pending_checkpoint_is_not_awaiting_review(db: Database, settings:
     before = await state(db, exe)
     with pytest.raises(NotAwaitingReview) as refused:
         async with db.transaction() as session:
-            await decide(session, second, "approve", by=REVIEWER, via="web")
+            await decide(session, second, "approve", by=REVIEWER, via=Channel.WEB)
     assert refused.value.code == "checkpoint_not_awaiting_review"
     after = await state(db, exe)
     assert after["events"] == before["events"]
@@ -210,7 +218,7 @@ async def test_pending_checkpoint_is_not_awaiting_review(db: Database, settings:
 async def test_unknown_checkpoint_is_refused(db: Database) -> None:
     with pytest.raises(DecisionError):
         async with db.transaction() as session:
-            await decide(session, "chk_doesnotexist", "approve", by=REVIEWER, via="web")
+            await decide(session, "chk_doesnotexist", "approve", by=REVIEWER, via=Channel.WEB)
 
 
 @pytest.mark.parametrize(("decision", "via"), [("maybe", "web"), ("approve", "pigeon")])
@@ -228,7 +236,7 @@ async def test_auto_passes_a_pending_checkpoint_without_touching_the_execution(
     exe, (first, _) = await paused_execution(db, settings, awaiting=False)
     async with db.bus.subscribe(WAKE_CHANNEL) as wake:
         async with db.transaction() as session:
-            record = await decide(session, first, "approve", by="vouch", via="auto")
+            record = await decide(session, first, "approve", by="vouch", via=Channel.AUTO)
         assert await wake.get(timeout=0.05) is None
     after = await state(db, exe)
     assert [c.status for c in after["checkpoints"]] == ["auto_approved", "pending"]
@@ -239,7 +247,7 @@ async def test_auto_passes_a_pending_checkpoint_without_touching_the_execution(
     # A human cannot answer it afterwards.
     with pytest.raises(AlreadyDecided, match="via auto"):
         async with db.transaction() as session:
-            await decide(session, first, "reject", by=REVIEWER, via="web", comment="no")
+            await decide(session, first, "reject", by=REVIEWER, via=Channel.WEB, comment="no")
 
 
 async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Settings) -> None:
@@ -252,7 +260,7 @@ async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Setti
                 first,
                 "approve" if n % 2 else "reject",
                 by=REVIEWER,
-                via=("email", "web", "chat", "api")[n % 4],
+                via=(Channel.EMAIL, Channel.WEB, Channel.CHAT, Channel.API)[n % 4],
                 comment=f"answer {n}",
             )
 
@@ -288,17 +296,26 @@ async def test_a_person_who_may_not_decide_now_is_refused_whatever_the_channel_c
             sa.update(Execution).where(Execution.id == exe).values(assigned_reviewer="new@example.com")
         )
     before = await state(db, exe)
-    for who, via in ((REVIEWER, "email"), (REVIEWER, "chat"), ("backup@example.com", "web"), ("owner@x.com", "api")):
+    for who, via in (
+        (REVIEWER, Channel.EMAIL),
+        (REVIEWER, Channel.CHAT),
+        ("backup@example.com", Channel.WEB),
+        ("owner@x.com", Channel.API),
+    ):
         with pytest.raises(NotReviewer) as refused:
             async with db.transaction() as session:
                 await decide(session, first, "approve", by=who, via=via)
         assert refused.value.code == "not_assigned_reviewer"
     after = await state(db, exe)
-    assert [c.status for c in after["checkpoints"]] == [c.status for c in before["checkpoints"]] == [
-        "awaiting_review",
-        "pending",
-    ]
+    assert (
+        [c.status for c in after["checkpoints"]]
+        == [c.status for c in before["checkpoints"]]
+        == [
+            "awaiting_review",
+            "pending",
+        ]
+    )
     assert after["decisions"] == [] and after["events"] == before["events"]
     async with db.transaction() as session:
-        record = await decide(session, first, "approve", by="new@example.com", via="api")
+        record = await decide(session, first, "approve", by="new@example.com", via=Channel.API)
     assert record.by == "new@example.com"

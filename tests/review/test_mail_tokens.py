@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from chat.access import access_to
 from core.accounts import user_by_email
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
+from core.vocabulary import Channel
 from review.by_mail import decide_by_link
 from review.links import find_link
 from review.notify import checkpoint_awaiting
@@ -140,7 +141,7 @@ async def test_the_chat_link_decides_as_its_reviewer_once(api_only: Service) -> 
     async with api_only.db.transaction() as session:
         link = await find_link(session, api_only.settings.secret_key, rt)
         assert link is not None and link.purpose == "chat"
-        await decide_by_link(session, link, "approve", comment="", remote_addr=None, via="chat")
+        await decide_by_link(session, link, "approve", comment="", remote_addr=None, via=Channel.CHAT)
     assert await decided(api_only, checkpoint_id) == [(FIRST, "chat")]
     assert await decider(api_only, execution_id, rt) is None
     page = await Browser(api_only.app).get(links_in(mail.text_body)["approve"])

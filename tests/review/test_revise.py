@@ -12,6 +12,7 @@ from api.status import status_record
 from core.db import Database
 from core.models import Execution
 from core.settings import Settings
+from core.vocabulary import PERSON_CHANNELS, Channel
 from review import AlreadyDecided, InvalidInput, decide
 from tests.agents.test_runner import (
     BEFORE_SENDING,
@@ -50,7 +51,7 @@ async def start(
 async def test_reject_sends_the_comment_back_and_the_agent_asks_again(db: Database, settings: Settings) -> None:
     exe, checkpoint_id = await start(db, settings, max_revisions=3)
     async with db.transaction() as session:
-        record = await decide(session, checkpoint_id, "reject", by=REVIEWER, via="web", comment=COMMENT)
+        record = await decide(session, checkpoint_id, "reject", by=REVIEWER, via=Channel.WEB, comment=COMMENT)
     assert record.attempt == 1
     snap = await snapshot(db, exe)
     assert snap.execution.status == "running"  # runnable again: the agent must revise
@@ -82,9 +83,9 @@ async def test_reject_sends_the_comment_back_and_the_agent_asks_again(db: Databa
     # A stale answer to attempt 1 is refused, naming its winner; attempt 2 is answered normally.
     with pytest.raises(AlreadyDecided, match=r"already rejected by reviewer@example\.com via web at .*Z$"):
         async with db.transaction() as session:
-            await decide(session, checkpoint_id, "approve", by=REVIEWER, via="email", attempt=1)
+            await decide(session, checkpoint_id, "approve", by=REVIEWER, via=Channel.EMAIL, attempt=1)
     async with db.transaction() as session:
-        second = await decide(session, checkpoint_id, "approve", by=REVIEWER, via="api", comment="better")
+        second = await decide(session, checkpoint_id, "approve", by=REVIEWER, via=Channel.API, comment="better")
     assert second.attempt == 2
     await claim_and_run(db, settings, "worker-3")
     snap = await snapshot(db, exe)
@@ -111,12 +112,12 @@ async def test_the_rejection_after_max_revisions_ends_the_run(
     exe, checkpoint_id = await start(db, settings, max_revisions=max_revisions)
     for attempt in range(1, max_revisions + 1):
         async with db.transaction() as session:
-            await decide(session, checkpoint_id, "reject", by=REVIEWER, via="chat", comment=f"try {attempt}")
+            await decide(session, checkpoint_id, "reject", by=REVIEWER, via=Channel.CHAT, comment=f"try {attempt}")
         await claim_and_run(db, settings, f"worker-{attempt + 1}")
         snap = await snapshot(db, exe)
         assert (snap.execution.status, snap.checkpoints[0].attempt) == ("awaiting_review", attempt + 1)
     async with db.transaction() as session:
-        await decide(session, checkpoint_id, "reject", by=REVIEWER, via="chat", comment="no")
+        await decide(session, checkpoint_id, "reject", by=REVIEWER, via=Channel.CHAT, comment="no")
     snap = await snapshot(db, exe)
     assert snap.execution.status == "rejected"
     assert [(d.attempt, d.decision) for d in snap.decisions] == [(n, "reject") for n in range(1, max_revisions + 2)]
@@ -130,7 +131,7 @@ async def test_a_rule_based_agent_s_rejection_ends_the_run_with_the_comment(db: 
     # maxRevisions 3, but the offline agent cannot read the comment: revising would only ask the same again.
     exe, checkpoint_id = await start(db, settings, max_revisions=3, reads_comments=False)
     async with db.transaction() as session:
-        record = await decide(session, checkpoint_id, "reject", by=REVIEWER, via="chat", comment=COMMENT)
+        record = await decide(session, checkpoint_id, "reject", by=REVIEWER, via=Channel.CHAT, comment=COMMENT)
     assert record.attempt == 1
     snap = await snapshot(db, exe)
     assert snap.execution.status == "rejected"
@@ -144,14 +145,14 @@ async def test_a_rule_based_agent_s_rejection_ends_the_run_with_the_comment(db: 
 
 async def test_every_person_s_rejection_needs_a_comment(db: Database, settings: Settings) -> None:
     _, checkpoint_id = await start(db, settings, max_revisions=3)
-    for via in ("email", "web", "chat", "api"):
+    for via in PERSON_CHANNELS:
         with pytest.raises(InvalidInput, match="comment is required to reject") as refused:
             async with db.transaction() as session:
                 await decide(session, checkpoint_id, "reject", by=REVIEWER, via=via, comment="  \n ")
         assert refused.value.pointer == "/comment"
     # A deadline's rejection has nobody to write one: it needs none.
     async with db.transaction() as session:
-        timed_out = await decide(session, checkpoint_id, "reject", by="vouch", via="timeout")
+        timed_out = await decide(session, checkpoint_id, "reject", by="vouch", via=Channel.TIMEOUT)
     assert timed_out.comment == ""
 
 

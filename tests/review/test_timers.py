@@ -14,6 +14,7 @@ from core.bus import InProcessBus
 from core.db import Database
 from core.models import Checkpoint, Decision, Event, Execution, MailMessage, ReviewTimer
 from core.settings import Settings
+from core.vocabulary import Channel
 from review import decide
 from review.access import may_decide
 from review.timers import _claim, process_due_timers
@@ -136,7 +137,7 @@ async def test_a_processor_dying_between_claim_and_effect_does_not_double_fire(
 async def test_timers_of_a_decided_attempt_never_fire(db: Database, settings: Settings) -> None:
     exe, checkpoint = await paused(db, settings, backupReviewer=BACKUP, reviewDeadline=60)
     async with db.transaction() as session:
-        await decide(session, checkpoint.id, "approve", by=REVIEWER, via="web")
+        await decide(session, checkpoint.id, "approve", by=REVIEWER, via=Channel.WEB)
     assert checkpoint.awaiting_since is not None
     later = checkpoint.awaiting_since + 100 * HOUR
     assert await process_due_timers(db, settings, later) == 0
@@ -164,7 +165,7 @@ async def test_deadline_policies(db: Database, settings: Settings, policy: str, 
     # A late human answer is refused, naming the timeout.
     with pytest.raises(Exception, match="via timeout"):
         async with db.transaction() as session:
-            await decide(session, checkpoint.id, "approve", by=REVIEWER, via="web")
+            await decide(session, checkpoint.id, "approve", by=REVIEWER, via=Channel.WEB)
 
 
 async def test_the_worker_fires_due_timers(db: Database, settings: Settings) -> None:

@@ -1,0 +1,177 @@
+"""The payload of each event type (core.vocabulary.EventType), as the log stores and the API and chat serve it.
+
+`core.events.append_event` is overloaded on these, so mypy checks each event its callers append. Keys are the
+wire's camelCase; the values are JSON's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+from core.vocabulary import EventType
+
+
+class ExecutionCreated(TypedDict):
+    taskName: str
+    taskDescription: str
+    testMode: str
+    assignedReviewer: str | None
+    checkpointCount: int
+
+
+class ExecutionClaimed(TypedDict):
+    """execution.started (the first claim) and execution.resumed (a later one, after a pause or a lost lease)."""
+
+    worker: str
+
+
+# "from" is a keyword: the functional form.
+ExecutionUpdated = TypedDict("ExecutionUpdated", {"field": str, "from": str | None, "to": str | None, "by": str})
+
+
+class ExecutionCompleted(TypedDict):
+    status: str
+    result: dict[str, Any]
+
+
+class ExecutionFailed(TypedDict):
+    status: str
+    error: dict[str, Any]
+
+
+class ExecutionRejected(TypedDict):
+    status: str
+    checkpointId: str
+    comment: str
+    by: str
+    attempt: int
+
+
+class ExecutionCancelled(TypedDict):
+    status: str
+    by: str
+    # Set when a deadline cancelled it (via "timeout"); a caller's cancel has none.
+    via: NotRequired[str]
+
+
+class CheckpointAwaitingReview(TypedDict):
+    checkpointId: str
+    position: int
+    stage: str
+    description: str
+    verificationQuestion: str | None
+    origin: str
+    attempt: int
+    toolCallId: str | None
+    nextAction: dict[str, Any] | None
+    guards: NotRequired[dict[str, Any]]
+    readsComments: bool | None
+
+
+class DecisionJson(TypedDict):
+    """A decision as the API serves it (review.decisions.DecisionRecord.as_json)."""
+
+    decision: str
+    by: str
+    via: str
+    at: str | None
+    comment: str
+    attempt: int
+    originalArgs: dict[str, Any] | None
+    editedArgs: dict[str, Any] | None
+
+
+class CheckpointDecided(DecisionJson):
+    checkpointId: str
+
+
+class CheckpointRevisionRequested(TypedDict):
+    checkpointId: str
+    attempt: int
+    nextAttempt: int
+    comment: str
+    by: str
+
+
+class ReviewTimerFired(TypedDict):
+    """review.reminder_sent and review.escalated: whom the mail went to."""
+
+    checkpointId: str
+    attempt: int
+    stage: str
+    to: str
+
+
+class ReviewDeadlinePassed(TypedDict):
+    checkpointId: str
+    attempt: int
+    stage: str
+    policy: str
+
+
+class MailFailed(TypedDict):
+    messageId: str
+    to: str
+    subject: str
+    reason: str
+    attempts: int
+
+
+class ModelRequest(TypedDict):
+    model: str
+    inputTokens: int
+    outputTokens: int
+    costUsd: float | None
+    durationMs: float
+    toolCalls: int
+
+
+class Revision(TypedDict):
+    checkpointId: str
+    attempt: int
+    comment: str
+
+
+class AgentMessage(TypedDict):
+    text: str
+    # The offline agent's answer to a rejection's comment.
+    revision: NotRequired[Revision]
+
+
+class ToolCallPayload(TypedDict):
+    toolCallId: str
+    tool: str
+    args: dict[str, Any]
+    actsOnWorld: bool
+
+
+class ToolResult(TypedDict):
+    toolCallId: str
+    tool: str
+    result: NotRequired[dict[str, Any] | None]
+    error: NotRequired[str]
+    durationMs: float
+
+
+# Which payload each event type carries; a test keeps it complete.
+PAYLOADS: dict[EventType, type] = {
+    EventType.EXECUTION_CREATED: ExecutionCreated,
+    EventType.EXECUTION_STARTED: ExecutionClaimed,
+    EventType.EXECUTION_RESUMED: ExecutionClaimed,
+    EventType.EXECUTION_UPDATED: ExecutionUpdated,
+    EventType.EXECUTION_COMPLETED: ExecutionCompleted,
+    EventType.EXECUTION_FAILED: ExecutionFailed,
+    EventType.EXECUTION_REJECTED: ExecutionRejected,
+    EventType.EXECUTION_CANCELLED: ExecutionCancelled,
+    EventType.CHECKPOINT_AWAITING_REVIEW: CheckpointAwaitingReview,
+    EventType.CHECKPOINT_DECIDED: CheckpointDecided,
+    EventType.CHECKPOINT_REVISION_REQUESTED: CheckpointRevisionRequested,
+    EventType.REVIEW_REMINDER_SENT: ReviewTimerFired,
+    EventType.REVIEW_ESCALATED: ReviewTimerFired,
+    EventType.REVIEW_DEADLINE_PASSED: ReviewDeadlinePassed,
+    EventType.MAIL_FAILED: MailFailed,
+    EventType.MODEL_REQUEST: ModelRequest,
+    EventType.AGENT_MESSAGE: AgentMessage,
+    EventType.TOOL_CALL: ToolCallPayload,
+    EventType.TOOL_RESULT: ToolResult,
+}
