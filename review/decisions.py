@@ -131,6 +131,9 @@ def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -
     if not next_action or not next_action.get("editable"):
         raise InvalidInput("/editedArgs", "cannot be given here: this checkpoint's action is not a tool call to edit")
     tool, original = str(next_action.get("tool")), dict(next_action.get("args") or {})
+    if next_action.get("external"):
+        # An external agent's own tool: its schema is the agent's, which checks the edited call itself.
+        return original, {name: value for name, value in edited.items() if original.get(name, _MISSING) != value}
     if tool not in TOOL_PARAMETERS:
         raise InvalidInput("/editedArgs", f"cannot be given here: {tool} takes no arguments a reviewer can edit")
     # Forms and command lines send text: a number argument's text counts as its number.
