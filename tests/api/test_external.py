@@ -310,3 +310,22 @@ async def test_no_worker_claims_an_external_execution(db: Database, settings: Se
     built_in, _ = await insert_execution(db, owner)
     claimed = await claim_next(db, "w1", 30)
     assert claimed is not None and claimed.execution_id == built_in
+
+
+def test_a_silent_external_agent_is_lost_but_not_while_its_checkpoint_waits(settings: Settings) -> None:
+    quick = settings.with_changes(base_url=None, external_idle_seconds=1.0)
+    (owner,) = accounts(quick, (OWNER, ("eval:create",)))
+    with live_server(quick, run_worker=True) as base:
+        live = Live(base, base, quick, owner, owner)
+        silent, waiting = start(live), start(live)
+        with live.http() as http:
+            assert http.post(path(waiting, "checkpoints"), json=checkpoint_body()).status_code == 201
+        deadline = time.monotonic() + 15
+        while execution_row(live, silent)["status"] != "failed":
+            assert time.monotonic() < deadline, "the silent agent was never declared lost"
+            time.sleep(0.1)  # polling the database with a deadline: the sweep runs in the server's thread
+        assert execution_row(live, silent)["error"]["code"] == "agent_lost"
+        assert execution_row(live, waiting)["status"] == "awaiting_review"
+        with live.http() as http:
+            late = http.post(path(silent, "events"), json={"events": [{"key": "a", "type": "message", "text": "x"}]})
+            assert late.status_code == 409 and late.json()["code"] == "execution_finished"
