@@ -20,18 +20,26 @@ import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from vouch_client import external_calls
+from vouch_client.calls import Call
 from vouch_client.errors import VouchError
 from vouch_client.external_calls import CheckpointDecision, Completed, EventsAnswer
 
-if TYPE_CHECKING:
-    from vouch_client.aio import AsyncClient
-    from vouch_client.sync import Client
-
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+# The clients as the runs use them: structural, so that this module needs neither (they import it).
+class Client(Protocol):
+    def _send(self, call: Call[T]) -> T: ...
+
+
+class AsyncClient(Protocol):
+    async def _send(self, call: Call[T]) -> T: ...
+
 POLL_SECONDS = 25.0
 
 
