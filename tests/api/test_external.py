@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from core.bus import InProcessBus
 from core.db import Database
-from core.models import Event, Execution, MailMessage
+from core.models import Event, Execution, MailMessage, WebhookDelivery
 from core.settings import Settings
 from tests.client.conftest import accounts
 from tests.conftest import Account, bearer
@@ -85,7 +85,12 @@ def execution_row(live: Live, execution_id: str) -> dict[str, Any]:
                 mails = list(await session.scalars(
                     sa.select(MailMessage).where(MailMessage.execution_id == execution_id)
                 ))
-                return {"status": row[0], "worker": row[1], "started": row[2], "error": row[3],
+                hooks = (await session.execute(
+                    sa.select(WebhookDelivery.event_type, WebhookDelivery.payload)
+                    .where(WebhookDelivery.execution_id == execution_id)
+                )).all()
+                return {"webhooks": [(kind, payload["data"]["status"]) for kind, payload in hooks],
+                        "status": row[0], "worker": row[1], "started": row[2], "error": row[3],
                         "events": [(e.seq, e.type, e.payload) for e in events],
                         "mail": [m.text_body for m in mails if m.message_key.startswith("review:")]}
         finally:
@@ -158,7 +163,7 @@ def checkpoint_body(key: str = "send-1") -> dict[str, Any]:
 
 
 def test_a_checkpoint_pauses_mails_the_reviewer_and_a_mail_link_decision_reaches_the_long_poll(live: Live) -> None:
-    execution_id = start(live)
+    execution_id = start(live, webhookUrl="https://hooks.example.com/vouch")
     with live.http() as http:
         asked = http.post(path(execution_id, "checkpoints"), json=checkpoint_body())
         assert asked.status_code == 201, asked.text
@@ -211,6 +216,8 @@ def test_a_checkpoint_pauses_mails_the_reviewer_and_a_mail_link_decision_reaches
         assert late.status_code == 409 and late.json()["code"] == "execution_finished"
     row = execution_row(live, execution_id)
     assert row["status"] == "completed" and row["events"][-1][1] == "execution.completed"
+    # The completion webhook is queued with the final state, as for a built-in run (core/webhooks.py).
+    assert row["webhooks"] == [("execution.completed", "completed")]
 
 
 def test_an_api_decision_with_edits_and_a_pending_answer(live: Live) -> None:
