@@ -336,3 +336,16 @@ def test_a_silent_external_agent_is_lost_but_not_while_its_checkpoint_waits(sett
         with live.http() as http:
             late = http.post(path(silent, "events"), json={"events": [{"key": "a", "type": "message", "text": "x"}]})
             assert late.status_code == 409 and late.json()["code"] == "execution_finished"
+
+
+def test_the_chat_shows_the_external_agent_s_events_and_its_checkpoint(live: Live) -> None:
+    with live.http() as http:
+        created = http.post("/api/eval/create-task-agent", json=external_task()).json()
+        execution_id = created["executionId"]
+        assert http.post(path(execution_id, "events"), json={"events": EVENTS}).status_code == 200
+        assert http.post(path(execution_id, "checkpoints"), json=checkpoint_body()).status_code == 201
+    with httpx.Client(timeout=30) as browser:
+        page = browser.get(created["chatUrl"])
+    assert page.status_code == 200, page.text[:500]
+    for shown in ("Looking at the release notes", "read_notes", "Send the release mail?", "team@example.com"):
+        assert shown in page.text, shown
