@@ -17,6 +17,7 @@ from core.backends import Backend
 from core.db import Database, commits_alone, one_of
 from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events
+from core.model_profiles import EXTERNAL
 from core.models import EXECUTIONS, UTCDateTime, utcnow
 from core.vocabulary import EventType
 
@@ -73,6 +74,8 @@ def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
     columns = EXECUTIONS.c
     return (
         one_of(columns.status, RUNNABLE),
+        # The caller's own agent drives an external execution over REST: no worker ever runs it.
+        columns.agent_model != EXTERNAL,
         sa.or_(columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())),
     )
 

@@ -24,15 +24,13 @@ from agents.policy import RunMode
 from agents.providers import ModelRegistry
 from core.db import Database
 from core.errors import ExecutionFailed, FailureCode, failure
-from core.event_payloads import CheckpointAwaitingReview
 from core.events import append_event
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel, EventType
 from review import decide
-from review.notify import checkpoint_awaiting
-from review.timers import schedule_timers
+from review.pausing import pause_for_review
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -253,7 +251,6 @@ class ExecutionRunner:
     ) -> None:
         """`guards`, when the agent knows it, is the step the checkpoint was bound to ({step, tool, instruction}):
         the reviewer's approval lets exactly that step (or, with tool "finish", the finish) through."""
-        now = utcnow()
         # A reviewer may edit the arguments of the call this checkpoint gates: its approval lets exactly that
         # call run (agents/tool_calls.py `gate` substitutes the edits). Not a crash's "run it again?" question.
         editable = (
@@ -262,37 +259,7 @@ class ExecutionRunner:
             and checkpoint.stage != UNKNOWN_OUTCOME_STAGE
         )
         next_action = {**next_action, "editable": editable}
-        checkpoint.status, checkpoint.awaiting_since = "awaiting_review", now
-        checkpoint.next_action = next_action
-        reads_comments = await session.scalar(
-            sa.select(Execution.reads_comments).where(Execution.id == self.execution_id)
-        )
-        # Let go of the execution entirely: the pause is these rows, not a waiting coroutine.
-        await session.execute(
-            sa.update(Execution)
-            .where(Execution.id == self.execution_id)
-            .values(status="awaiting_review", worker_id=None, lease_until=None)
-        )
-        awaiting: CheckpointAwaitingReview = {
-            "checkpointId": checkpoint.id,
-            "position": checkpoint.position,
-            "stage": checkpoint.stage,
-            "description": checkpoint.description,
-            "verificationQuestion": checkpoint.verification_question,
-            "origin": checkpoint.origin,
-            "attempt": checkpoint.attempt,
-            "toolCallId": checkpoint.tool_call_id,
-            "nextAction": next_action,
-            # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
-            "readsComments": reads_comments,
-        }
-        if guards is not None:
-            awaiting["guards"] = guards
-        await append_event(session, self.execution_id, EventType.CHECKPOINT_AWAITING_REVIEW, awaiting)
-        # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.
-        await schedule_timers(session, self.settings, self.execution_id, checkpoint, now)
-        # The review mail (links + reply token), queued in this same transaction: exactly once per attempt.
-        await checkpoint_awaiting(session, self.settings, self.execution_id, checkpoint, next_action)
+        await pause_for_review(session, self.settings, self.execution_id, checkpoint, next_action, guards)
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
         now = utcnow()

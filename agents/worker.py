@@ -13,6 +13,7 @@ import socket
 from typing import Any
 
 from agents.claims import claim_execution, claim_next
+from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
 from core.bus import WAKE_CHANNEL
@@ -62,6 +63,8 @@ class Worker:
             (WAKE_CHANNEL,), self._woken, self._missed, name="the worker's wake-ups", meanwhile="it polls on its own"
         )
         helpers = [asyncio.create_task(run_review_timers(self.db, self.settings, stop))]
+        # External agents that went silent (agentModel "external"): any one worker's look is enough.
+        helpers.append(asyncio.create_task(run_external_sweep(self.db, self.settings, stop)))
         # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
         helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))
         if self.settings.smtp_url:

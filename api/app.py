@@ -79,6 +79,9 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     from api.webhooks import blueprint as webhooks_blueprint
 
     app.register_blueprint(webhooks_blueprint)  # /api/eval/executions/<id>/webhook/redeliver
+    from api.external import blueprint as external_blueprint
+
+    app.register_blueprint(external_blueprint)  # an external agent's events, checkpoints and completion
     from api.model_choices import blueprint as model_choices_blueprint
 
     app.register_blueprint(model_choices_blueprint)  # /api/eval/models

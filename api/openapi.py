@@ -39,6 +39,13 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "The checkpoint's id, from the status record's `checkpoints[].checkpointId`.",
         "schema": {"type": "string", "example": "chk_01jcz3m7k2f4w8n6q0r5t9v3xb"},
     },
+    "Wait": {
+        "name": "wait",
+        "in": "query",
+        "description": "Seconds to hold the answer while no decision is made (a long-poll); it answers as soon "
+        "as one is, on any channel.",
+        "schema": {"type": "number", "minimum": 0, "maximum": 60, "default": 0},
+    },
     "StatusFilter": {
         "name": "status",
         "in": "query",
@@ -246,6 +253,11 @@ class _Builder:
                 {"name": "Executions", "description": "Create evaluation tasks and follow their executions."},
                 {"name": "Manage", "description": "Change, cancel and delete your executions (`eval:manage`)."},
                 {"name": "Review", "description": "Decide checkpoints as their assigned reviewer."},
+                {
+                    "name": "External agent",
+                    "description": "Drive an execution created with `agentModel: external` from your own agent "
+                    "(`eval:create`).",
+                },
                 {"name": "Documentation", "description": "This description of the API."},
             ],
             "paths": paths,

@@ -92,7 +92,9 @@ class CheckpointOut(_Out):
     stage: str = Field(description="Short label of the stage being verified.")
     description: str = Field(description="What happens at this stage.")
     verificationQuestion: str = Field(description="The question the reviewer answers.")
-    origin: Literal["caller", "auto"] = Field(description="`caller`: given at creation; `auto`: added by Vouch.")
+    origin: Literal["caller", "auto", "agent"] = Field(
+        description="`caller`: given at creation; `auto`: added by Vouch; `agent`: asked by an external agent."
+    )
     status: CheckpointStatus = Field(description="`awaiting_review` while the agent waits at it for the reviewer.")
     awaitingSince: datetime | None = Field(description="When the agent reached it and began to wait; null before.")
     nextAction: NextActionOut | None = Field(
@@ -239,9 +241,10 @@ class AgentOut(_Out):
     """The agent that runs the execution, named for what it is."""
 
     model: str = Field(description="`agentModel`: `offline`, or the model it asks (`openai:<model>`, …).")
-    kind: Literal["rule-based", "model"] = Field(
+    kind: Literal["rule-based", "model", "external"] = Field(
         description="`rule-based`: the built-in offline agent, which follows a fixed vocabulary and fails a task "
-        "it does not understand; `model`: a language model chooses the steps."
+        "it does not understand; `model`: a language model chooses the steps; `external`: the caller's own agent "
+        "drives it over REST (`agentModel: external`)."
     )
 
 
@@ -323,7 +326,55 @@ class Problem(_Out):
     errors: list[ProblemFieldError] = Field(default=[], description="Each invalid input, when there are any.")
 
 
+class ExternalEventOut(_Out):
+    """What became of one event sent."""
+
+    key: str = Field(description="The event's key, as sent.")
+    seq: int | None = Field(description="Its place in the execution's events (a tool call's: the call's).")
+    duplicate: bool = Field(description="True when the key was sent before: nothing was added this time.")
+
+
+class ExternalEventsOut(_Out):
+    """The answer to events sent by an external agent."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    events: list[ExternalEventOut] = Field(description="One per event sent, in the order sent.")
+
+
+class ExternalCheckpointOut(_Out):
+    """A checkpoint as its external agent sees it: waiting, or decided."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    checkpointId: CheckpointId
+    stage: str = Field(description="The checkpoint's stage.")
+    status: CheckpointStatus = Field(description="`awaiting_review` while the reviewer has not answered.")
+    attempt: int = Field(ge=1, description="The attempt the answer is about.")
+    executionStatus: ExecutionStatus = Field(description="The execution's status now.")
+    decision: Literal["approve", "reject", "cancel"] | None = Field(
+        description="The decision; null while none is made (a long-poll that ran out of time)."
+    )
+    comment: str | None = Field(description="The reviewer's comment; null before a decision.")
+    editedArgs: dict[str, Any] | None = Field(description="The arguments the reviewer changed when approving.")
+    args: dict[str, Any] = Field(description="The arguments to call with: those proposed, with the edits applied.")
+    by: str | None = Field(description="Who decided; null before a decision.")
+    via: Channel | None = Field(description="Through which channel; null before a decision.")
+    at: datetime | None = Field(description="When; null before a decision.")
+
+
+class ExternalCompleteOut(_Out):
+    """The end of an external run, as recorded."""
+
+    success: Succeeded
+    executionId: ExecutionId
+    status: Literal["completed", "failed"] = Field(description="The execution's final status.")
+
+
 RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
+    ExternalEventsOut,
+    ExternalCheckpointOut,
+    ExternalCompleteOut,
     CreateTaskOut,
     StatusRecordOut,
     ExecutionListOut,

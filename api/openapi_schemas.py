@@ -9,10 +9,18 @@ from typing import Any, get_args
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
+from api.external_schemas import ExternalCheckpointIn, ExternalCompleteIn, ExternalEventsIn
 from api.openapi_models import RESPONSE_MODELS, ExecutionStatus
 from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (CreateTaskIn, ExecutionPatchIn, DecisionIn)
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    CreateTaskIn,
+    ExecutionPatchIn,
+    DecisionIn,
+    ExternalEventsIn,
+    ExternalCheckpointIn,
+    ExternalCompleteIn,
+)
 _REF = "#/components/schemas/{model}"
 _NON_BLANK = r"\S"  # the models strip whitespace before checking min_length=1
 # core/headers.py's control characters, which a single-line field (a name in a mail subject) and a URL refuse.

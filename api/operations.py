@@ -35,6 +35,7 @@ from quart import Blueprint, Quart, Response, current_app, g, request
 
 from core.db import Database
 from core.logs import current_execution_id
+from core.model_profiles import EXTERNAL
 from core.models import Decision, Event, Execution, MailMessage, WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
 from core.vocabulary import EXECUTION_STATUSES, EventType, ExecutionStatus
@@ -88,6 +89,7 @@ async def _database_families(session: Any) -> list[Metric]:
         sa.select(sa.func.count())
         .select_from(Execution)
         .where(Execution.status.in_(RUNNABLE), sa.or_(Execution.lease_until.is_(None), Execution.lease_until < now))
+        .where(Execution.agent_model != EXTERNAL)  # the caller's own agent runs these: no worker will
     )
     queue = GaugeMetricFamily("vouch_queue_depth", "Runnable executions no worker holds a lease on.")
     queue.add_metric([], float(queued or 0))

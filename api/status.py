@@ -10,6 +10,7 @@ from agents.model_names import OFFLINE
 from core.errors import error_object
 from core.formatting import isoformat
 from core.metrics import RunFacts, load_facts, metrics_of
+from core.model_profiles import EXTERNAL
 from core.models import Checkpoint, Decision, Execution
 from core.webhooks import webhook_record
 from review import DecisionRecord
@@ -88,4 +89,5 @@ async def record_and_facts(session: AsyncSession, execution: Execution) -> tuple
 
 def agent_of(model: str) -> dict[str, str]:
     """The agent named for what it is: the built-in offline agent follows rules, any other asks a model."""
-    return {"model": model, "kind": "rule-based" if model == OFFLINE else "model"}
+    kind = "rule-based" if model == OFFLINE else "external" if model == EXTERNAL else "model"
+    return {"model": model, "kind": kind}

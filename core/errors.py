@@ -33,6 +33,11 @@ class FailureCode(StrEnum):
     TOOL_FAILED = "tool_failed"
     # A fault on our side; the detail names the exception, never a stack.
     INTERNAL_ERROR = "internal_error"
+    # An external agent (agentModel "external") sent nothing for VOUCH_EXTERNAL_IDLE_SECONDS while not waiting
+    # for a review: it is taken to have gone away.
+    AGENT_LOST = "agent_lost"
+    # An external agent ended its run failed; the detail is its own words.
+    AGENT_FAILED = "agent_failed"
     # A failure recorded before errors had codes: only its text is known.
     UNCLASSIFIED = "unclassified"
 

@@ -20,9 +20,11 @@ class ExecutionCreated(TypedDict):
 
 
 class ExecutionClaimed(TypedDict):
-    """execution.started (the first claim) and execution.resumed (a later one, after a pause or a lost lease)."""
+    """execution.started (the first claim) and execution.resumed (a later one, after a pause or a lost lease);
+    an external agent's run is started by its first call, with `agent` instead of a worker."""
 
-    worker: str
+    worker: NotRequired[str]
+    agent: NotRequired[str]
 
 
 # "from" is a keyword: the functional form.

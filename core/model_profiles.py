@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 OFFLINE = "offline"
+# Not a model the service runs: the caller's own agent drives the execution over REST (api/external.py).
+EXTERNAL = "external"
 PROVIDERS = ("openai", "anthropic")
 # No `:` (that is `provider:model`), nothing that needs quoting in a URL or a log line.
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -67,13 +69,13 @@ class ModelProfile:
 
 def model_name_problem(name: str, profiles: tuple[ModelProfile, ...]) -> str | None:
     """Why `name` is not a model a task may choose here, listing the ones it may; None when it is one."""
-    if name == OFFLINE or any(profile.name == name for profile in profiles):
+    if name in (OFFLINE, EXTERNAL) or any(profile.name == name for profile in profiles):
         return None
     provider, _, model = name.partition(":")
     if provider in PROVIDERS and model:
         return None
     named = f"a profile ({', '.join(p.name for p in profiles)}), " if profiles else ""
-    return f"agent model must be {named}'offline', 'openai:<model>' or 'anthropic:<model>', not {name!r}"
+    return f"agent model must be {named}'offline', 'external', 'openai:<model>' or 'anthropic:<model>', not {name!r}"
 
 
 def read_profiles(path: Path) -> tuple[ModelProfile, ...]:
@@ -99,6 +101,8 @@ def _profile(name: str, fields: Any) -> ModelProfile:
         raise ProfileError(f"{where} must be a table of the profile's fields")
     if name == OFFLINE:
         raise ProfileError(f"{where}: 'offline' is the offline agent's name; choose another profile name")
+    if name == EXTERNAL:
+        raise ProfileError(f"{where}: 'external' names a caller's own agent; choose another profile name")
     if not _PROFILE_NAME.fullmatch(name):
         raise ProfileError(
             f"profile name {name!r} must be 1 to 64 letters, digits, '.', '_' or '-' (no ':'), starting with a "

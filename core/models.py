@@ -187,6 +187,21 @@ class Event(Base):
 
 EVENTS = cast(sa.Table, Event.__table__)
 
+
+class ExternalKey(Base):
+    """The caller's key of something an external agent sent (an event, a checkpoint), and what it became: a
+    retried request finds its key here and answers as the first time, never adding it twice."""
+
+    __tablename__ = "external_keys"
+    execution_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("executions.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    kind: Mapped[str] = mapped_column(sa.String(16))  # "event" or "checkpoint"
+    # The event's seq, or the checkpoint's id.
+    ref: Mapped[str] = mapped_column(sa.String(40))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
 class ToolCall(Base):
     __tablename__ = "tool_calls"
     __table_args__ = (sa.UniqueConstraint("execution_id", "step_index"),)

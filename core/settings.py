@@ -31,6 +31,8 @@ class Settings:
     worker_lease_seconds: float = 30.0
     worker_poll_seconds: float = 5.0
     worker_concurrency: int = 8
+    # An external agent (agentModel "external") silent this long while not awaiting review fails `agent_lost`.
+    external_idle_seconds: float = 3600.0
     # Spec §8: requests per key per window (GCRA: a burst of `rate_limit`, then one per window/limit).
     rate_limit: int = 100
     rate_limit_window_seconds: int = 60
@@ -224,6 +226,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         worker_lease_seconds=_number(env, "VOUCH_WORKER_LEASE_SECONDS", 30.0, 1.0),
         worker_poll_seconds=_number(env, "VOUCH_WORKER_POLL_SECONDS", 5.0, 0.05),
         worker_concurrency=int(_number(env, "VOUCH_WORKER_CONCURRENCY", 8, 1)),
+        external_idle_seconds=_number(env, "VOUCH_EXTERNAL_IDLE_SECONDS", 3600.0, 1.0),
         rate_limit=int(_number(env, "VOUCH_RATE_LIMIT", 100, 1)),
         rate_limit_window_seconds=int(_number(env, "VOUCH_RATE_LIMIT_WINDOW_SECONDS", 60, 1)),
         concurrency_limit=int(_number(env, "VOUCH_CONCURRENCY_LIMIT", 10, 1)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -129,6 +130,11 @@ def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -
     if not next_action or not next_action.get("editable"):
         raise InvalidInput("/editedArgs", "cannot be given here: this checkpoint's action is not a tool call to edit")
     tool, original = str(next_action.get("tool")), dict(next_action.get("args") or {})
+    if next_action.get("external"):
+        # An external agent's own tool: its schema is the agent's, which checks the edited call itself. A form
+        # sends text: an argument proposed as a number, a list or an object is read back as JSON where it parses.
+        edited = {name: _as_proposed(original.get(name, _MISSING), value) for name, value in edited.items()}
+        return original, {name: value for name, value in edited.items() if original.get(name, _MISSING) != value}
     if tool not in TOOL_PARAMETERS:
         raise InvalidInput("/editedArgs", f"cannot be given here: {tool} takes no arguments a reviewer can edit")
     # Forms and command lines send text: a number argument's text counts as its number.
@@ -141,6 +147,15 @@ def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -
 
 
 _MISSING = object()
+
+
+def _as_proposed(proposed: Any, value: Any) -> Any:
+    if not isinstance(value, str) or proposed is _MISSING or isinstance(proposed, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
 
 
 async def decision_for(session: AsyncSession, checkpoint_id: str, attempt: int | None = None) -> DecisionRecord | None:

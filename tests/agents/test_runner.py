@@ -572,7 +572,7 @@ async def test_resumed_wait_only_waits_what_is_left(db: Database, settings: Sett
     ("model", "says"),
     [
         ("openai:gpt-4o", "set OPENAI_API_KEY, or VOUCH_AGENT_BASE_URL"),
-        ("mistral:large", "'offline', 'openai:<model>' or 'anthropic:<model>'"),
+        ("mistral:large", "'offline', 'external', 'openai:<model>' or 'anthropic:<model>'"),
     ],
 )
 async def test_an_agent_model_that_cannot_run_fails_clearly(

@@ -21,6 +21,7 @@ async def insert_execution(
     checkpoints: int = 0,
     awaiting: bool = False,
     task_name: str = "Inserted",
+    agent_model: str = "offline",
 ) -> tuple[str, list[str]]:
     """An execution of `owner` with `checkpoints` caller checkpoints; with `awaiting`, paused at the first
     (as the worker leaves it). Returns (execution id, checkpoint ids)."""
@@ -33,7 +34,7 @@ async def insert_execution(
         task_description="Write a note called a.md saying hi.",
         test_mode="with-verification",
         assigned_reviewer=reviewer,
-        agent_model="offline",
+        agent_model=agent_model,
         status="awaiting_review" if awaiting else status,
         created_at=created_at or now,
         completed_at=now if status in FINAL_STATUSES else None,

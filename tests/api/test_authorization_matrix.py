@@ -56,6 +56,13 @@ async def awaiting(service: Service, owner: Account) -> Target:
     return Target(execution_id, checkpoints[0])
 
 
+async def external(service: Service, owner: Account) -> Target:
+    execution_id, checkpoints = await insert_execution(
+        service.db, owner, reviewer=owner.email, checkpoints=1, agent_model="external"
+    )
+    return Target(execution_id, checkpoints[0])
+
+
 async def finished_with_webhook(service: Service, owner: Account) -> Target:
     target = await finished(service, owner)
     async with service.db.transaction() as session:
@@ -133,6 +140,46 @@ ROUTES = [
         202,
         finished_with_webhook,
         lambda s, t, h: s.client.post(executions_path(t, "webhook/redeliver"), headers=h),
+    ),
+    Route(
+        "POST external events",
+        ("POST", "/api/eval/executions/<execution_id>/events"),
+        "eval:create",
+        200,
+        external,
+        lambda s, t, h: s.client.post(
+            executions_path(t, "events"), json={"events": [{"key": "k", "type": "message", "text": "hi"}]}, headers=h
+        ),
+    ),
+    Route(
+        "POST external checkpoint",
+        ("POST", "/api/eval/executions/<execution_id>/checkpoints"),
+        "eval:create",
+        201,
+        external,
+        lambda s, t, h: s.client.post(
+            executions_path(t, "checkpoints"),
+            json={"key": "k", "stage": "stage 0", "verificationQuestion": "Go on?"},
+            headers=h,
+        ),
+    ),
+    Route(
+        "GET external checkpoint",
+        ("GET", "/api/eval/executions/<execution_id>/checkpoints/<checkpoint_id>"),
+        "eval:create",
+        200,
+        external,
+        lambda s, t, h: s.client.get(executions_path(t, f"checkpoints/{t.checkpoint_id}"), headers=h),
+    ),
+    Route(
+        "POST external complete",
+        ("POST", "/api/eval/executions/<execution_id>/complete"),
+        "eval:create",
+        200,
+        external,
+        lambda s, t, h: s.client.post(
+            executions_path(t, "complete"), json={"status": "completed", "result": {"output": "done"}}, headers=h
+        ),
     ),
     Route(
         "POST decision",

@@ -21,7 +21,7 @@ UNKNOWN_PATHS = [
     "/api/nope",
     "/api/eval/status",
     "/api/eval/create-task",
-    "/api/eval/executions/x/checkpoints",
+    "/api/eval/executions/x/checkpoints/y/nope",  # …/checkpoints itself is an external agent's POST: a 405
 ]
 
 

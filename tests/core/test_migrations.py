@@ -36,6 +36,7 @@ TABLES = {
     "webhook_deliveries",
     "webhook_attempts",
     "webhook_secrets",
+    "external_keys",
 }
 
 

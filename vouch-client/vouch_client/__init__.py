@@ -27,6 +27,8 @@ from vouch_client.errors import (
     VouchError,
     WaitTimeout,
 )
+from vouch_client.external import AsyncExternalRun, ExternalRun, Rejected
+from vouch_client.external_calls import CheckpointDecision
 from vouch_client.models import (
     FINAL_STATUSES,
     CheckpointSpec,
@@ -51,7 +53,9 @@ __all__ = [
     "FINAL_STATUSES",
     "ApiError",
     "AsyncClient",
+    "AsyncExternalRun",
     "BadRequest",
+    "CheckpointDecision",
     "CheckpointSpec",
     "CheckpointState",
     "Client",
@@ -63,12 +67,14 @@ __all__ = [
     "ExecutionPage",
     "ExecutionPatch",
     "ExecutionSummary",
+    "ExternalRun",
     "FieldError",
     "Metrics",
     "NotFound",
     "PermissionDenied",
     "Problem",
     "RateLimited",
+    "Rejected",
     "RetryPolicy",
     "ServerError",
     "StatusRecord",

@@ -15,6 +15,7 @@ import httpx
 
 from vouch_client import calls
 from vouch_client.errors import StreamError, TransportError, VouchError, WaitTimeout
+from vouch_client.external import AsyncExternalRun
 from vouch_client.models import (
     CreatedTask,
     DecisionAnswer,
@@ -86,6 +87,20 @@ class AsyncClient:
             log.debug("retrying %s %s in %.2f s (attempt %d)", call.method, call.path, pause, attempt + 1)
             await asyncio.sleep(pause)
             attempt += 1
+
+    # Bring your own agent (agentModel "external") ---------------------------------------------------------------
+
+    async def start_external(
+        self, task: TaskSpec | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> AsyncExternalRun:
+        """Create a task your own agent carries out (`agentModel: "external"`); drive it through the run."""
+        spec = dict(task.body()) if isinstance(task, TaskSpec) else dict(task)
+        created = await self.create_task({**spec, "agentModel": "external"}, idempotency_key=idempotency_key)
+        return AsyncExternalRun(self, created.executionId)
+
+    def attach(self, execution_id: str) -> AsyncExternalRun:
+        """An external execution created earlier (by this process before a restart, or by another)."""
+        return AsyncExternalRun(self, execution_id)
 
     # The REST API, one method per route ---------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ class Call(Generic[T]):
     params: list[tuple[str, str]] = field(default_factory=list)
     headers: dict[str, str] = field(default_factory=dict)
     idempotent: bool = False
+    timeout: float | None = None  # this call's own, when it outlasts the client's (a long-poll)
 
     def answer(self, response: httpx.Response) -> T:
         result: T = self.read(response)
@@ -182,8 +183,13 @@ def decide(
 
 
 def request_of(call: Call[Any]) -> dict[str, Any]:
-    """Keyword arguments for httpx's build_request."""
-    return {"method": call.method, "url": call.path, "json": call.json, "params": call.params, "headers": call.headers}
+    """Keyword arguments for httpx's request."""
+    request: dict[str, Any] = {
+        "method": call.method, "url": call.path, "json": call.json, "params": call.params, "headers": call.headers
+    }
+    if call.timeout is not None:
+        request["timeout"] = call.timeout
+    return request
 
 
 def client_headers(api_key: str) -> dict[str, str]:

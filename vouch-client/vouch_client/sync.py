@@ -19,6 +19,7 @@ import httpx
 from vouch_client import calls
 from vouch_client.aio import AsyncClient, log, settings_from_env
 from vouch_client.errors import TransportError
+from vouch_client.external import ExternalRun
 from vouch_client.models import (
     CreatedTask,
     DecisionAnswer,
@@ -120,6 +121,20 @@ class Client:
 
             self._async = self._loop.run(make())
         return self._loop, self._async
+
+    # Bring your own agent (agentModel "external") ---------------------------------------------------------------
+
+    def start_external(
+        self, task: TaskSpec | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> ExternalRun:
+        """Create a task your own agent carries out (`agentModel: "external"`); drive it through the run."""
+        spec = dict(task.body()) if isinstance(task, TaskSpec) else dict(task)
+        created = self.create_task({**spec, "agentModel": "external"}, idempotency_key=idempotency_key)
+        return ExternalRun(self, created.executionId)
+
+    def attach(self, execution_id: str) -> ExternalRun:
+        """An external execution created earlier (by this process before a restart, or by another)."""
+        return ExternalRun(self, execution_id)
 
     # The REST API, one method per route ---------------------------------------------------------------------
 
