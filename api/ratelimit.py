@@ -11,16 +11,15 @@ Two limiters behave the same: `InProcessRateLimiter` for one process (the embedd
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
-from core.resp import RespClient
+from core.redis_bus import redis_client
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -180,8 +179,9 @@ class RedisRateLimiter:
         self.policy = policy
         self.prefix = prefix
         self._clock = clock
+        self._redis = redis_client(url, timeout)
         # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH.
-        self._script = _FastScript(RespClient(url, timeout))
+        self._script = self._redis.register_script(_GCRA_LUA)
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -191,9 +191,7 @@ class RedisRateLimiter:
             return self._fallback.hit_now(key)
         now = "" if self._clock is None else str(self._clock())
         try:
-            raw = await self._script(
-                keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now]
-            )
+            raw = await self._script(keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now])
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
         except (RedisError, OSError) as exc:
@@ -213,23 +211,7 @@ class RedisRateLimiter:
         return self._down_until is not None
 
     async def close(self) -> None:
-        await self._script.client.close()
-
-
-class _FastScript:
-    """The GCRA script over core/resp.py's client."""
-
-    def __init__(self, client: RespClient) -> None:
-        self.client = client
-        self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
-
-    async def __call__(self, *, keys: list[str], args: list[int | str]) -> Any:
-        try:
-            return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            loaded = await self.client.call(b"SCRIPT", b"LOAD", _GCRA_LUA)
-            self.sha = loaded.decode() if isinstance(loaded, bytes) else self.sha
-            return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
+        await self._redis.aclose()
 
 
 def make_rate_limiter(settings: Settings) -> RateLimiter:
