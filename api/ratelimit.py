@@ -11,6 +11,7 @@ Two limiters behave the same: `InProcessRateLimiter` for one process (the embedd
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -179,7 +180,10 @@ class RedisRateLimiter:
         self.policy = policy
         self.prefix = prefix
         self._clock = clock
-        self._redis = redis_client(url, timeout)
+        # No socket timeout: redis-py would write each command from a `wait_for` task of its own; the whole
+        # call is held to `timeout` here instead.
+        self._redis = redis_client(url, None, connect_timeout=timeout)
+        self._timeout = timeout
         # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH.
         self._script = self._redis.register_script(_GCRA_LUA)
         self._fallback = InProcessRateLimiter(policy)
@@ -191,10 +195,11 @@ class RedisRateLimiter:
             return self._fallback.hit_now(key)
         now = "" if self._clock is None else str(self._clock())
         try:
-            raw = await self._script(keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now])
+            async with asyncio.timeout(self._timeout):
+                raw = await self._script(keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now])
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, TimeoutError) as exc:
             if self._down_until is None:
                 log.warning("rate limiter: Redis unavailable (%s); limiting per process until it is back", exc)
             self._down_until = time.monotonic() + self._retry_seconds

@@ -72,12 +72,14 @@ class _RedisSubscription:
 REDIS_ANSWER_SECONDS = 5.0
 
 
-def redis_client(url: str, timeout: float = REDIS_ANSWER_SECONDS) -> aioredis.Redis:
+def redis_client(
+    url: str, timeout: float | None = REDIS_ANSWER_SECONDS, *, connect_timeout: float = REDIS_ANSWER_SECONDS
+) -> aioredis.Redis:
     """redis-py's client for `url` (redis://, rediss://, unix://…?db=N; `?client_name=` names its connections), with
     redis-py's own retries off: each caller here has its own answer to a lost connection (a listener resubscribes
     and says so, the rate limiter falls back per process), and retries would hide the loss or stretch a timeout."""
     return aioredis.Redis.from_url(
-        url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
+        url, socket_timeout=timeout, socket_connect_timeout=connect_timeout, retry=Retry(NoBackoff(), 0)
     )
 
 
