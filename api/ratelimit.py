@@ -12,13 +12,14 @@ Two limiters behave the same: `InProcessRateLimiter` for one process (the embedd
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from core.redis_bus import redis_client
 from core.settings import Settings
@@ -184,8 +185,7 @@ class RedisRateLimiter:
         # call is held to `timeout` here instead.
         self._redis = redis_client(url, None, connect_timeout=timeout)
         self._timeout = timeout
-        # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH.
-        self._script = self._redis.register_script(_GCRA_LUA)
+        self._batch = _ScriptBatch(self._redis)
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -196,7 +196,7 @@ class RedisRateLimiter:
         now = "" if self._clock is None else str(self._clock())
         try:
             async with asyncio.timeout(self._timeout):
-                raw = await self._script(keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now])
+                raw = await self._batch.run([self.prefix + key], [self.policy.interval, self.policy.span, now])
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
         except (RedisError, OSError, TimeoutError) as exc:
@@ -217,6 +217,59 @@ class RedisRateLimiter:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+class _ScriptBatch:
+    """The GCRA script for every request that asks in one turn of the event loop, sent as one redis-py pipeline.
+
+    Concurrent requests then share a write and a read on one connection rather than taking one each from the
+    pool: under the status bench's 16 connections, one round trip per request cost a fifth of the status route's
+    throughput (bench/README.md, issue 21). EVALSHA, and the script loaded again when Redis answers NOSCRIPT
+    (after a restart or FLUSH)."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
+        self._asked: list[tuple[list[str], list[int | str], asyncio.Future[Any]]] = []
+
+    async def run(self, keys: list[str], args: list[int | str]) -> Any:
+        loop = asyncio.get_running_loop()
+        if not self._asked:
+            loop.call_soon(self._send)
+        answer: asyncio.Future[Any] = loop.create_future()
+        self._asked.append((keys, args, answer))
+        return await answer
+
+    def _send(self) -> None:
+        batch, self._asked = self._asked, []
+        task = asyncio.ensure_future(self._pipeline(batch))
+        task.add_done_callback(lambda done: None if done.cancelled() else done.exception())
+
+    async def _pipeline(self, batch: list[tuple[list[str], list[int | str], asyncio.Future[Any]]]) -> None:
+        try:
+            answers = await self._evalsha(batch)
+            if any(isinstance(answer, NoScriptError) for answer in answers):
+                self.sha = str(await self._redis.script_load(_GCRA_LUA))
+                answers = await self._evalsha(batch)
+        except BaseException as failed:
+            for _, _, answer in batch:
+                if not answer.done():
+                    answer.set_exception(failed if isinstance(failed, Exception) else RedisError("cancelled"))
+            raise
+        for (_, _, future), answer in zip(batch, answers, strict=True):
+            if future.done():
+                continue
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
+
+    async def _evalsha(self, batch: list[tuple[list[str], list[int | str], asyncio.Future[Any]]]) -> list[Any]:
+        pipe = self._redis.pipeline(transaction=False)
+        for keys, args, _ in batch:
+            pipe.evalsha(self.sha, len(keys), *keys, *args)
+        answers: list[Any] = await pipe.execute(raise_on_error=False)
+        return answers
 
 
 def make_rate_limiter(settings: Settings) -> RateLimiter:
