@@ -15,9 +15,10 @@ from typing import Any
 
 import httpx
 
-from agents.tool_base import Tool, ToolContext, ToolFailed, schema
+from agents.tool_base import Tool, ToolContext, ToolFailed
 from core.outbound import OutboundRefused, agent_policy, check_url, guarded_client
 from core.settings import Settings
+from core.tool_args import TOOL_PARAMETERS
 
 MAX_BODY_BYTES = 256 * 1024
 TIMEOUT_SECONDS = 20.0
@@ -33,15 +34,7 @@ class HttpRequest(Tool):
         "Make an HTTP GET or POST request to a public URL. Answers status, a few headers and the body "
         f"(text, cut at {MAX_BODY_BYTES // 1024} KiB). Redirects are not followed."
     )
-    parameters = schema(
-        {
-            "method": {"type": "string", "enum": ["GET", "POST"]},
-            "url": {"type": "string", "description": "http:// or https:// URL"},
-            "body": {"type": "string", "description": "request body for POST"},
-            "contentType": {"type": "string", "description": "Content-Type of the body (default application/json)"},
-        },
-        ["method", "url"],
-    )
+    parameters = TOOL_PARAMETERS[name]
 
     def repeatable(self, args: dict[str, Any]) -> bool:
         return str(args.get("method", "GET")).upper() == "GET"

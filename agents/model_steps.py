@@ -33,6 +33,7 @@ from core.events import append_events
 from core.models import Checkpoint, ToolCall
 
 if TYPE_CHECKING:
+    # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
     from agents.runner import ExecutionRunner
 
 RUNTIME_TOOLS = ("finish", "request_review")

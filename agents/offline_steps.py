@@ -18,6 +18,7 @@ from core.events import append_event
 from core.models import Checkpoint, Decision, ToolCall
 
 if TYPE_CHECKING:
+    # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
     from agents.runner import ExecutionRunner
 
 FINISH_ACTION = {"tool": "finish", "args": {}, "instruction": "finish the task"}
@@ -72,6 +73,12 @@ class OfflineDriver:
                 action = self._action(plan[cursor]) if cursor < len(plan) else FINISH_ACTION
                 gates: list[int] = state["gates"]
                 bound = gates[due.position] if due.origin == "caller" and due.position < len(gates) else cursor
+                if bound == cursor < len(plan) and not self.mode.without_verification:
+                    # The checkpoint holds back this step's call: its intent goes on record now, bound to the
+                    # checkpoint, so the reviewer sees that exact call and may approve it with edited arguments.
+                    held = await self._open(session, cursor, plan[cursor])
+                    due.tool_call_id = held.id
+                    action = self._action(plan[cursor], held)
                 passed = await runner.pass_or_pause(session, due, action, self.mode, offline.guards(state, bound))
                 if passed and self._caller_pending:
                     self._caller_pending = [p for p in self._caller_pending if p[0] != due.id]
@@ -102,8 +109,8 @@ class OfflineDriver:
             await runner.fence(session)
             fresh = call is None
             if call is None:
-                await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
-                call = await tool_calls.open_call(runner, session, cursor, step["tool"], step["args"])
+                call = await self._open(session, cursor, step)
+            await tool_calls.take_edits(session, call)
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
@@ -123,6 +130,16 @@ class OfflineDriver:
 
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
         return True
+
+    async def _open(self, session: AsyncSession, cursor: int, step: dict[str, Any]) -> ToolCall:
+        """The step's call, its intent on record (made once: a call opened at its checkpoint is found again)."""
+        found = await session.scalar(
+            sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
+        )
+        if found is not None:
+            return found
+        await append_event(session, self.execution_id, "agent.message", {"text": offline.step_message(step)})
+        return await tool_calls.open_call(self.runner, session, cursor, step["tool"], step["args"])
 
     def _advanced(self, state: dict[str, Any], cursor: int) -> Callable[[dict[str, Any]], None]:
         def advanced(answer: dict[str, Any]) -> None:

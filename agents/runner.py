@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline
 from agents.claims import CLAIM_HOLDS, Claim, LeaseLost
+from agents.gates import UNKNOWN_OUTCOME_STAGE
 from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
@@ -251,7 +252,19 @@ class ExecutionRunner:
         """`guards`, when the agent knows it, is the step the checkpoint was bound to ({step, tool, instruction}):
         the reviewer's approval lets exactly that step (or, with tool "finish", the finish) through."""
         now = utcnow()
+        # A reviewer may edit the arguments of the call this checkpoint gates: its approval lets exactly that
+        # call run (agents/tool_calls.py `gate` substitutes the edits). Not a crash's "run it again?" question.
+        editable = (
+            checkpoint.tool_call_id is not None
+            and next_action.get("toolCallId") == checkpoint.tool_call_id
+            and checkpoint.stage != UNKNOWN_OUTCOME_STAGE
+        )
+        next_action = {**next_action, "editable": editable}
         checkpoint.status, checkpoint.awaiting_since = "awaiting_review", now
+        checkpoint.next_action = next_action
+        reads_comments = await session.scalar(
+            sa.select(Execution.reads_comments).where(Execution.id == self.execution_id)
+        )
         # Let go of the execution entirely: the pause is these rows, not a waiting coroutine.
         await session.execute(
             sa.update(Execution)
@@ -273,6 +286,8 @@ class ExecutionRunner:
                 "toolCallId": checkpoint.tool_call_id,
                 "nextAction": next_action,
                 **({"guards": guards} if guards is not None else {}),
+                # False: the agent cannot revise from a comment, so a rejection ends the run (the card says so).
+                "readsComments": reads_comments,
             },
         )
         # Reminder, escalation and deadline rows in the pause's own transaction: no pause without its timers.

@@ -22,10 +22,11 @@ from agents.tools import TOOLS
 from core.db import commits_alone
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
-from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
+from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
 from review import decide
 
 if TYPE_CHECKING:
+    # A circle for the type checker only: the runner (which imports this module) hands itself to these steps.
     from agents.runner import ExecutionRunner
 
 
@@ -106,6 +107,7 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         )
     )
     if bound is not None and bound.status in ("approved", "auto_approved"):
+        await take_edits(session, call)
         return None
     checkpoint = bound or await gate_for_call(
         session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
@@ -114,6 +116,36 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         await decide(session, checkpoint.id, "approve", by="vouch", via="auto")
         return None
     return checkpoint
+
+
+async def take_edits(session: AsyncSession, call: ToolCall) -> None:
+    """An approval of a checkpoint bound to this call edited some arguments (review.decide checked them): the
+    call runs with them, and keeps the agent's own in `proposed_args`. Once: a call already edited is left."""
+    if call.proposed_args is not None:
+        return
+    edited = await session.scalar(
+        sa.select(Decision.edited_args)
+        .join(Checkpoint, sa.and_(Checkpoint.id == Decision.checkpoint_id, Checkpoint.attempt == Decision.attempt))
+        .where(Checkpoint.tool_call_id == call.id, Decision.decision == "approve", Decision.edited_args.is_not(None))
+        .order_by(Decision.decided_at.desc())
+        .limit(1)
+    )
+    if edited:
+        call.proposed_args = dict(call.args)
+        call.args = {**call.args, **edited}
+        await session.flush()
+
+
+def _edit_note(call: ToolCall) -> dict[str, Any]:
+    """What the agent is told when it ran with a reviewer's edits: which arguments changed, from what to what."""
+    if call.proposed_args is None:
+        return {}
+    changed = {
+        name: {"proposed": call.proposed_args.get(name), "approved": value}
+        for name, value in call.args.items()
+        if call.proposed_args.get(name) != value
+    }
+    return {"reviewerEdited": changed, "note": "The reviewer changed these arguments before approving the call."}
 
 
 async def start_call(session: AsyncSession, call: ToolCall) -> None:
@@ -149,7 +181,7 @@ async def run_call(
             .where(ToolCall.id == call.id)
             .values(status="failed" if error else "succeeded", result=result, error=error, finished_at=utcnow())
         )
-        answer = _answer(result, error)
+        answer = {**_answer(result, error), **_edit_note(call)}
         after(answer)
         runner.spend(state, seconds=elapsed)
         await runner.save(session, state)

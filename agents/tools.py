@@ -16,26 +16,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from agents.http_tool import HttpRequest
-from agents.tool_base import SingleWrite, Tool, ToolContext, ToolFailed, schema
+from agents.tool_base import SingleWrite, Tool, ToolContext, ToolFailed
 from core.events import Companion, write_row
 from core.headers import line_break_problem, one_recipient
 from core.mail import enqueue_mail
 from core.models import WORKSPACE_FILES, ToolCall, WorkspaceFile, utcnow
 from core.settings import Settings
+from core.tool_args import TOOL_PARAMETERS
 
 
 class SendEmail(Tool):
     name = "send_email"
     acts_on_world = True
     description = "Send an e-mail. It is queued in the service's outbox and sent once."
-    parameters = schema(
-        {
-            "to": {"type": "string", "description": "one recipient address (a list is refused)"},
-            "subject": {"type": "string", "description": "one line"},
-            "body": {"type": "string", "description": "plain text"},
-        },
-        ["to", "subject", "body"],
-    )
+    parameters = TOOL_PARAMETERS[name]
 
     def argument_problem(self, args: dict[str, Any]) -> str | None:
         # Checked before a row is queued: the dispatcher would refuse it anyway, and the model can correct it.
@@ -72,7 +66,7 @@ class SendEmail(Tool):
 class WriteFile(Tool):
     name = "write_file"
     description = "Write a text file to this task's workspace (replacing it if it exists)."
-    parameters = schema({"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"])
+    parameters = TOOL_PARAMETERS[name]
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         write = self.single_write(ctx.execution_id, args, utcnow())
@@ -90,7 +84,7 @@ class WriteFile(Tool):
 class ReadFile(Tool):
     name = "read_file"
     description = "Read a text file from this task's workspace."
-    parameters = schema({"path": {"type": "string"}}, ["path"])
+    parameters = TOOL_PARAMETERS[name]
 
     async def record(self, ctx: ToolContext, args: dict[str, Any], outcome: Any) -> dict[str, Any]:
         path = str(args["path"])
@@ -132,7 +126,7 @@ class Wait(Tool):
     name = "wait"
     performs_outside = True
     description = "Wait a number of seconds (at most 300)."
-    parameters = schema({"seconds": {"type": "number", "minimum": 0, "maximum": 300}}, ["seconds"])
+    parameters = TOOL_PARAMETERS[name]
 
     async def perform(self, settings: Settings, args: dict[str, Any], started_at: datetime) -> Any:
         # Measured from the durable start, so a resumed wait only waits what is left.

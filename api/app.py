@@ -19,12 +19,12 @@ from werkzeug.exceptions import (
     RequestEntityTooLarge,
 )
 
+from api.app_services import AppServices
 from api.operations import install_operations, ops_metrics
 from api.problems import ApiError
 from api.ratelimit import make_rate_limiter
 from api.ratelimit_http import add_rate_limit_headers
 from api.requestids import install_request_ids, request_id
-from api.services import Services, close_request_session, commit_request_session
 from api.status_cache import StatusCache, listen_for_invalidations
 from api.usage import UsageRecorder
 from core.auth_cache import ApiKeyCache
@@ -32,6 +32,7 @@ from core.bus import make_bus
 from core.db import Database
 from core.heap import freeze_start_up
 from core.settings import Settings
+from core.web.services import close_request_session, commit_request_session
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
         bus = make_bus(settings.redis_url)
         db = Database(settings.database_url, bus)
         auth_cache, status_cache = ApiKeyCache(settings.auth_cache_seconds), StatusCache(settings.status_cache_seconds)
-        app.extensions["vouch"] = Services(
+        app.extensions["vouch"] = AppServices(
             settings=settings,
             bus=bus,
             db=db,
@@ -170,7 +171,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
             # The last flush: counts of this process's final minute are written, not dropped.
             background["usage_stop"].set()
             await background["usage"]
-        found: Services | None = app.extensions.pop("vouch", None)
+        found: AppServices | None = app.extensions.pop("vouch", None)
         if found is not None:
             await found.cache_listening.stop()
             await found.db.dispose()

@@ -10,11 +10,12 @@ from typing import ParamSpec, TypeVar
 from quart import g, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from api.app_services import app_services
 from api.problems import ApiError, not_found, unauthorized
 from api.ratelimit_http import charge_request
-from api.services import db_session, services
 from core import apikeys
 from core.models import Execution, utcnow
+from core.web.services import db_session
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,7 +42,7 @@ async def authenticate() -> Caller:
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or " " in secret:
         raise unauthorized("malformed_authorization", "the Authorization header must be 'Bearer <API key>'")
-    found = services()
+    found = app_services()
     # This runs before every API request: the key and its owner come from the process's key cache
     # (core/auth_cache.py), which opens the request's session only on a miss.
     key = await found.auth_cache.find(secret, found.settings.secret_key, db_session)

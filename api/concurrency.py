@@ -2,7 +2,8 @@
 
 Queued, running and awaiting-review executions count; finished ones (completed, failed, rejected,
 cancelled) do not. The count is a condition of the new execution's INSERT (`slot_free`), so two creates of
-the same key must not count at the same time, or both see 9 and both insert:
+the same key must not count at the same time, or both see 9 and both insert (each backend's `slot_free`,
+core/backends):
 
 - PostgreSQL: the condition is `vouch_slot_free` (migration 0006), which locks the key's api_keys row
   (FOR NO KEY UPDATE) and then counts. A second create of the key waits at the lock until the first commits;
@@ -18,42 +19,30 @@ the same key must not count at the same time, or both see 9 and both insert:
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.problems import ApiError
+from core.backends import Backend, backend_of
 from core.db import one_of
 from core.models import EXECUTIONS
 
 ACTIVE_STATUSES = ("queued", "running", "awaiting_review")
 # Built once: every create runs one of them. Parameters `key_id` and `slot_limit`.
 _ACTIVE = (EXECUTIONS.c.api_key_id == sa.bindparam("key_id"), one_of(EXECUTIONS.c.status, ACTIVE_STATUSES))
-_SLOT_LIMIT = sa.bindparam("slot_limit", type_=sa.Integer())
-_SLOT_FREE = {
-    "postgresql": sa.func.vouch_slot_free(
-        sa.bindparam("key_id", type_=sa.String()),
-        sa.bindparam("active_statuses", list(ACTIVE_STATUSES), type_=postgresql.ARRAY(sa.String())),
-        _SLOT_LIMIT,
-        type_=sa.Boolean(),
-    ),
-    "sqlite": sa.select(sa.func.count()).select_from(EXECUTIONS).where(*_ACTIVE).scalar_subquery() < _SLOT_LIMIT,
-}
 _ACTIVE_BY_STATUS = sa.select(EXECUTIONS.c.status, sa.func.count()).where(*_ACTIVE).group_by(EXECUTIONS.c.status)
 
 # No finish time can be predicted (an execution may await a human for days): a polite polling interval.
 RETRY_AFTER_SECONDS = 30
 
 
-def slot_free(dialect: str) -> sa.ColumnElement[bool]:
+def slot_free(backend: Backend) -> sa.ColumnElement[bool]:
     """The condition of a create's INSERT: the key (`key_id`) has fewer than `slot_limit` executions in progress."""
-    return _SLOT_FREE[dialect]
+    return backend.slot_free(ACTIVE_STATUSES)
 
 
 def check_creates_serialised(session: AsyncSession) -> None:
     """Refuse to count slots where another create of the key could count at the same time."""
-    bind = session.get_bind()
-    if bind.dialect.name == "sqlite" and not bind.get_execution_options().get("vouch_write", False):
-        # A deferred (read) transaction would let two creates count at once.
+    if not backend_of(session).slot_count_serialised(session):
         raise RuntimeError("the execution slot check needs the request's write (BEGIN IMMEDIATE) session")
 
 

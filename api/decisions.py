@@ -9,10 +9,10 @@ from quart import Blueprint, request
 from api.auth import current_caller, require_scope
 from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, parse_body
-from api.services import db_session
 from api.tasks import json_body
 from core.models import Checkpoint, Execution, utcnow
-from review import AlreadyDecided, DecisionError, NotReviewer, UnknownCheckpoint, decide
+from core.web.services import db_session
+from review import AlreadyDecided, DecisionError, InvalidInput, NotReviewer, UnknownCheckpoint, decide
 from review.access import may_decide
 
 blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
@@ -49,7 +49,14 @@ async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict
             via="api",
             comment=body.comment,
             remote_addr=request.remote_addr,
+            edited_args=body.editedArgs,
         )
+    except InvalidInput as exc:
+        # A reject without a comment, an edit of a rejection, an argument the tool would refuse: the field named.
+        field = exc.pointer.lstrip("/").replace("/", ".")
+        raise ApiError(
+            422, "validation_failed", f"{field}: {exc.detail}", errors=[{"pointer": exc.pointer, "detail": exc.detail}]
+        ) from None
     except NotReviewer:
         # A PATCH named another reviewer since the check above: decide() checked again on the locked row.
         await session.refresh(execution)

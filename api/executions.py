@@ -19,7 +19,6 @@ from api.auth import current_caller, owned_execution, require_scope
 from api.cursors import Position, decode_cursor, encode_cursor
 from api.problems import ApiError
 from api.schemas import REVIEWER_REQUIRED, ExecutionPatchIn, parse_body, reviewer_required
-from api.services import db_session, services
 from api.status import status_record
 from api.status_cache import invalidate_status_after_commit
 from api.tasks import execution_chat_url, json_body
@@ -27,6 +26,7 @@ from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
 from core.events import append_event, isoformat
 from core.models import Checkpoint, Execution, utcnow
+from core.web.services import db_session, services
 from review.decisions import FINAL_STATUSES
 from review.reassign import reviewer_replaced
 

@@ -29,10 +29,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import current_caller
 from api.problems import ApiError
-from api.services import db_session, services
 from core.db import Database, more_to_write
 from core.ids import new_id
 from core.models import IdempotencyRecord, utcnow
+from core.web.services import db_session, services
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")

@@ -12,8 +12,8 @@ from typing import Any
 from quart import Blueprint
 
 from api.auth import require_scope
-from api.services import services
 from core.model_profiles import OFFLINE, PROVIDERS, ModelProfile
+from core.web.services import services
 
 blueprint = Blueprint("model_choices", __name__, url_prefix="/api/eval")
 

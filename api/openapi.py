@@ -17,9 +17,9 @@ from quart import current_app
 from api.openapi_operations import OPERATIONS, PROBLEM_CODES, Operation
 from api.openapi_schemas import component_schemas
 from api.problems import ApiError
-from api.services import services
 from core.apikeys import KEY_LENGTH, PREFIX
 from core.settings import Settings
+from core.web.services import services
 
 OPENAPI_PATH = "/api/openapi.json"
 DOCS_PATH = "/api/docs"

@@ -62,12 +62,27 @@ class DecisionOut(_Out):
     at: datetime = Field(description="When it was decided (UTC, ISO 8601 with milliseconds).")
     comment: str | None = Field(description="The reviewer's comment; empty when none was given.")
     attempt: int = Field(ge=1, description="The attempt of the checkpoint this decision answered.")
+    originalArgs: dict[str, Any] | None = Field(
+        description="With `editedArgs`: every argument the agent proposed; null for a decision without edits."
+    )
+    editedArgs: dict[str, Any] | None = Field(
+        description="The arguments the reviewer changed before approving (the tool ran with them, the others as "
+        "proposed); null when none were."
+    )
 
 
 class AttemptOut(DecisionOut):
     """One decided attempt of a checkpoint, with the address the decision came from."""
 
     remoteAddr: str | None = Field(description="The deciding request's address; null for timers and automatic passes.")
+
+
+class NextActionOut(_Out):
+    """The exact action the agent proposed at a checkpoint."""
+
+    tool: str = Field(description="The tool the agent will call (`finish`, `request_review` for the run's own steps).")
+    args: dict[str, Any] = Field(description="Every argument of the call, in full.")
+    editable: bool = Field(description="Whether an approval may change the arguments (`editedArgs`).")
 
 
 class CheckpointOut(_Out):
@@ -80,6 +95,10 @@ class CheckpointOut(_Out):
     origin: Literal["caller", "auto"] = Field(description="`caller`: given at creation; `auto`: added by Vouch.")
     status: CheckpointStatus = Field(description="`awaiting_review` while the agent waits at it for the reviewer.")
     awaitingSince: datetime | None = Field(description="When the agent reached it and began to wait; null before.")
+    nextAction: NextActionOut | None = Field(
+        description="The action the agent proposed when it last paused here: what approving lets happen. Kept "
+        "once decided, for the record. Null until the agent has paused here."
+    )
     decision: DecisionOut | None = Field(description="The decision on the current attempt, once there is one.")
     attempt: int = Field(ge=1, description="The current attempt: 1, plus one per rejection the agent revised after.")
     attempts: list[AttemptOut] = Field(description="Every decided attempt, oldest first.")

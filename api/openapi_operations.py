@@ -267,9 +267,12 @@ OPERATIONS: tuple[Operation, ...] = (
         "Review",
         "Approve or reject a checkpoint",
         "The reviewer's programmatic channel. Only the execution's `assignedReviewer` may decide (the key's user "
-        "must be that e-mail address); the execution's owner sees a 403, anyone else a 404. The first answer wins "
+        "must be that e-mail address), and its `backupReviewer` once the waiting attempt was escalated to them; "
+        "the execution's owner sees a 403, anyone else a 404. The first answer wins "
         "whatever the channel (e-mail, web, chat, API); a later one is a 409 `already_decided` that names who "
-        "decided, via what, and when. Approve resumes the agent; reject ends the execution as `rejected`.",
+        "decided, via what, and when. Approve resumes the agent (with `editedArgs`, its tool call runs with the "
+        "reviewer's arguments); reject needs a `comment`: the agent revises from it, or, once `maxRevisions` is "
+        "used up (or for the rule-based `offline` agent, at once), the execution ends `rejected`.",
         "eval:manage",
         200,
         "DecisionAnswerOut",
@@ -285,7 +288,14 @@ OPERATIONS: tuple[Operation, ...] = (
         ),
         parameters=("ExecutionId", "CheckpointId"),
         body_schema="DecisionIn",
-        body_examples={"approve": {"summary": "Approve", "value": {"decision": "approve", "comment": "looks right"}}},
+        body_examples={
+            "approve": {"summary": "Approve", "value": {"decision": "approve", "comment": "looks right"}},
+            "edit": {
+                "summary": "Approve with an edited argument",
+                "value": {"decision": "approve", "editedArgs": {"subject": "Quarterly report (final)"}},
+            },
+            "reject": {"summary": "Reject", "value": {"decision": "reject", "comment": "use the new figures"}},
+        },
     ),
     Operation(
         "post",

@@ -115,9 +115,24 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
     "DecisionIn": {
         "decision": {
             "description": "`approve` resumes the agent; `reject` sends the comment back to the agent, which "
-            "revises and asks again, until the task's `maxRevisions` is used up and the execution ends `rejected`."
+            "revises and asks again, until the task's `maxRevisions` is used up and the execution ends `rejected` "
+            "(at once for the rule-based `offline` agent, which cannot read a comment)."
         },
-        "comment": {"description": "A note for the record and the chat."},
+        "comment": {"description": "A note for the record and the chat; required (non-blank) to reject."},
+        "editedArgs": {
+            "description": "Approve only: arguments of the checkpoint's tool call to change before it runs (the "
+            "others stay as proposed; see the status record's `nextAction`). Checked against the tool's "
+            "arguments: a 422 names the argument (`/editedArgs/subject`).",
+            "anyOf": [{"type": "object", "minProperties": 1}, {"type": "null"}],
+        },
+    },
+}
+# A rejection carries a comment (the agent revises from it) and no edits.
+_REJECT_RULE = {
+    "if": {"properties": {"decision": {"const": "reject"}}},
+    "then": {
+        "required": ["comment"],
+        "properties": {"comment": {"type": "string", "pattern": r"\S"}, "editedArgs": {"type": "null"}},
     },
 }
 # JSON Schema 2020-12 for the create's one cross-field rule (api/schemas.py, reviewer_required).
@@ -151,6 +166,7 @@ def component_schemas() -> dict[str, Any]:
             # An `anyOf` here replaces the model's own (`string | null`) with the format the validator enforces.
             prop.update(_REQUEST_FIELDS[name].get(prop_name, {}))
     schemas["CreateTaskIn"].update(_REVIEWER_RULE)
+    schemas["DecisionIn"].update(_REJECT_RULE)
     schemas["ExecutionPatchIn"]["minProperties"] = 1  # an empty PATCH is a 422 ("nothing to change")
     schemas["ExecutionStatus"] = {
         "type": "string",

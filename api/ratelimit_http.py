@@ -19,16 +19,16 @@ from __future__ import annotations
 
 from quart import Response, g
 
+from api.app_services import app_services
 from api.problems import ApiError
 from api.ratelimit import Decision, Policy, ceil_seconds
-from api.services import services
 
 POLICY_NAME = "default"
 
 
 async def charge_request(key_id: str) -> None:
     """Count this request against the key; raise 429 rate_limit_exceeded when its quota is spent."""
-    limiter = services().rate_limiter
+    limiter = app_services().rate_limiter
     decision = await limiter.hit(key_id)
     g.rate_limit = (limiter.policy, decision)
     if not decision.allowed:

@@ -165,6 +165,8 @@ class ExecutionPatchIn(_Strict):
 class DecisionIn(_Strict):
     decision: Literal["approve", "reject"]
     comment: Annotated[str, StringConstraints(strip_whitespace=True, max_length=5000)] = ""
+    # Checked by review.decide against the tool's argument schema (core/tool_args.py): 422 naming the argument.
+    editedArgs: dict[str, Any] | None = None
 
 
 def _pointer(loc: tuple[int | str, ...]) -> str:

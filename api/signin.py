@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
 
 from core.accounts import AccountError, hash_password, normalise_email, password_matches, password_needs_rehash
+from core.backends import backend_of
 from core.db import Database
 from core.models import SigninFailure, User
 
@@ -96,13 +97,11 @@ def _lock_key(value: str) -> int:
 
 async def _serialise(session: AsyncSession, email: str, addr: str | None) -> None:
     """Make this transaction the only one counting for this e-mail and this address until it commits."""
-    if session.get_bind().dialect.name != "postgresql":
-        return  # SQLite: the write transaction already holds the database's write lock.
-    # Each lock is a statement of its own: the count that follows takes its snapshot after the waits
-    # (READ COMMITTED), and so sees the reservation of whoever held the lock before.
-    await session.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK_EMAIL, _lock_key(email))))
+    locks = [(_LOCK_EMAIL, _lock_key(email))]
     if addr is not None:
-        await session.execute(sa.select(sa.func.pg_advisory_xact_lock(_LOCK_ADDRESS, _lock_key(addr))))
+        locks.append((_LOCK_ADDRESS, _lock_key(addr)))
+    # The count that follows then sees the reservation of whoever held a lock before.
+    await backend_of(session).take_turns(session, locks)
 
 
 async def reserve_attempt(db: Database, email: str, addr: str | None, now: datetime) -> Refusal | None:

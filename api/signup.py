@@ -26,12 +26,12 @@ import sqlalchemy as sa
 from quart import render_template
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.websession import token_digest
 from core.accounts import user_by_email
 from core.ids import new_id
 from core.mail import enqueue_mail
 from core.models import SignupRequest, utcnow
 from core.settings import Settings
+from core.web.sessions import token_digest
 
 MAX_TOKEN = 100
 # Sign-up mail is mail to an address its sender need not own: a few per hour is plenty for a person, and

@@ -15,6 +15,16 @@ from core.webhooks import webhook_record
 from review import DecisionRecord
 
 
+def next_action_of(checkpoint: Checkpoint) -> dict[str, Any] | None:
+    """The action the agent proposed when it last paused at `checkpoint`, with every argument in full: what
+    an approval lets happen while it waits, and what was proposed once decided (the decision's `editedArgs`
+    say what ran instead). None when the agent has not paused there (yet)."""
+    action = checkpoint.next_action
+    if not action:
+        return None
+    return {"tool": action.get("tool"), "args": action.get("args") or {}, "editable": bool(action.get("editable"))}
+
+
 async def status_record(session: AsyncSession, execution: Execution, chat_url: str) -> dict[str, Any]:
     record, facts = await record_and_facts(session, execution)
     record["chatUrl"] = chat_url
@@ -59,6 +69,7 @@ async def record_and_facts(session: AsyncSession, execution: Execution) -> tuple
                 "origin": cp.origin,
                 "status": cp.status,
                 "awaitingSince": isoformat(cp.awaiting_since),
+                "nextAction": next_action_of(cp),
                 "decision": DecisionRecord.of(decision).as_json() if decision else None,
                 "attempt": cp.attempt,
                 "attempts": [

@@ -35,15 +35,16 @@ from typing import Any
 
 from quart import Response, current_app
 
+from api.app_services import app_services
 from api.auth import Caller
 from api.problems import not_found
-from api.services import db_session, services
 from api.status import record_and_facts
 from core.auth_cache import ApiKeyCache
 from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
 from core.cache import InvalidatingCache
 from core.metrics import FINAL_STATUSES, MetricsSoFar, RunFacts
 from core.models import Execution, utcnow
+from core.web.services import db_session
 from core.webhooks import invalidate_status_after_commit
 
 __all__ = ["StatusCache", "invalidate_status_after_commit", "listen_for_invalidations", "serve_status"]
@@ -155,7 +156,7 @@ async def serve_status(execution_id: str, caller: Caller, chat_url_of: Callable[
         return CachedStatus.of(execution.user_id, record, facts)
 
     # Read by whichever request missed first, owner or not: ownership is judged here, for each request.
-    cached = await services().status_cache.entries.get_or_fill(execution_id, read)
+    cached = await app_services().status_cache.entries.get_or_fill(execution_id, read)
     if cached is None or cached.user_id != caller.user_id:
         raise not_found("execution")
     return cached.response(chat_url_of(execution_id))

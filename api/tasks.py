@@ -9,21 +9,23 @@ import sqlalchemy as sa
 from quart import Blueprint, Response, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agents.offline import MODEL_NAME as OFFLINE_AGENT
 from agents.policy import detect_side_effects
 from api.auth import Caller, current_caller, require_scope
 from api.concurrency import check_creates_serialised, no_free_slot, slot_free
 from api.idempotency import idempotent
 from api.problems import ApiError
 from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
-from api.services import db_session, services
 from api.status_cache import serve_status
+from core.backends import Backend, backend_of
 from core.bus import WAKE_CHANNEL
 from core.db import commits_alone, publish_after_commit
 from core.direct import DirectStatement, run_direct
-from core.events import add_numbered_events, announce_events
+from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
-from core.models import CHECKPOINTS, EVENTS, EXECUTIONS, Execution, utcnow
+from core.models import CHECKPOINTS, EXECUTIONS, Execution, utcnow
+from core.web.services import db_session, services
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/eval")
 
@@ -56,31 +58,15 @@ def checkpoint_count(task: CreateTaskIn) -> int:
 
 
 @functools.cache
-def _creating(dialect: str, limited: bool, names: tuple[str, ...]) -> DirectStatement:
+def _creating(backend: Backend, limited: bool, names: tuple[str, ...]) -> DirectStatement:
     """The new execution's INSERT … RETURNING of columns `names`, built once: parameters as those, plus `key_id` and
-    `slot_limit` when `limited` (a free slot is its condition: api/concurrency.py). On PostgreSQL its
-    `execution.created` event (`event_type`, `event_payload`) is inserted by the same statement, a
-    data-modifying CTE: one round trip fewer on the path every create takes."""
+    `slot_limit` when `limited` (a free slot is its condition: api/concurrency.py), and those of its
+    `execution.created` event, which the backend may insert by the same statement (`create_statement`)."""
     columns = EXECUTIONS.c
     values = sa.select(*(sa.bindparam(name, type_=columns[name].type) for name in names))
     if limited:
-        values = values.where(slot_free(dialect))
-    insert = sa.insert(EXECUTIONS).from_select(names, values).returning(columns.id)
-    if dialect != "postgresql":
-        return DirectStatement(insert)
-    created = insert.cte("created")
-    event = sa.select(
-        created.c.id,
-        sa.literal(1, sa.Integer()),
-        sa.bindparam("event_type", type_=EVENTS.c.type.type),
-        sa.bindparam("event_payload", type_=EVENTS.c.payload.type),
-        sa.bindparam("created_at", type_=columns.created_at.type),
-    ).select_from(created)
-    return DirectStatement(
-        sa.insert(EVENTS)
-        .from_select(["execution_id", "seq", "type", "payload", "created_at"], event)
-        .returning(EVENTS.c.execution_id)
-    )
+        values = values.where(slot_free(backend))
+    return backend.create_statement(sa.insert(EXECUTIONS).from_select(names, values).returning(columns.id))
 
 
 async def create_execution(
@@ -107,6 +93,8 @@ async def create_execution(
         on_deadline=task.onDeadline,
         auto_detect_checkpoints=task.autoDetectCheckpoints,
         agent_model=agent_model,
+        # The rule-based agent cannot revise from a comment: its rejections end the run (review.decide).
+        reads_comments=agent_model != OFFLINE_AGENT,
         status="queued",
         created_at=now,
         last_seq=1,  # `execution.created`, below
@@ -129,23 +117,25 @@ async def create_execution(
             },
         )
     ]
-    dialect = session.get_bind().dialect.name
-    parameters = {**row, "key_id": caller.key_id, "slot_limit": concurrency_limit}
-    if dialect == "postgresql":
-        parameters.update(event_type=created[0][0], event_payload=created[0][1])
-        if not planned:
-            # The execution and its event are then the whole create: one statement, committing by itself.
-            await commits_alone(session)
+    backend = backend_of(session)
+    parameters = {
+        **row,
+        "key_id": caller.key_id,
+        "slot_limit": concurrency_limit,
+        "event_type": created[0][0],
+        "event_payload": created[0][1],
+    }
+    if not planned:
+        # Where the backend writes the event with the execution, that is the whole create: one statement,
+        # committing by itself.
+        await commits_alone(session)
     # Built once and sent straight to the driver: the ORM's unit of work, and even Core's execution, cost more
     # than the statement, on the path every create takes (core/direct.py).
-    creating = _creating(dialect, limited, tuple(row))
+    creating = _creating(backend, limited, tuple(row))
     if not await run_direct(session, lambda cursor: cursor.execute(creating, parameters)):
         assert concurrency_limit is not None  # only the slot condition can refuse the row
         raise await no_free_slot(session, caller.key_id, concurrency_limit)
-    if dialect == "postgresql":
-        await announce_events(session, row["id"], 1, created, now)
-    else:
-        await add_numbered_events(session, row["id"], 1, created)
+    await add_numbered_events(session, row["id"], 1, created, now)
     if planned:
         await session.execute(
             sa.insert(CHECKPOINTS),

@@ -20,7 +20,8 @@ from typing import cast
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.db import Database, insert_for
+from core.backends import backend_of
+from core.db import Database
 from core.models import ApiKey, ApiKeyUsage
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ class UsageRecorder:
             return 0
         try:
             async with self.db.transaction() as session:
-                written = await _write(session, self.db.dialect, batch)
+                written = await _write(session, batch)
         except Exception:
             # Keep the counts for the next try rather than losing them to a blip in the database.
             for key_id, tally in batch.items():
@@ -96,7 +97,7 @@ class UsageRecorder:
                 return
 
 
-async def _write(session: AsyncSession, dialect: str, batch: dict[str, _Tally]) -> int:
+async def _write(session: AsyncSession, batch: dict[str, _Tally]) -> int:
     # Keys deleted (with their user) since they were used would break the usage rows' foreign key.
     existing = set(await session.scalars(sa.select(ApiKey.id).where(ApiKey.id.in_(list(batch)))))
     tallies = {key_id: tally for key_id, tally in batch.items() if key_id in existing}
@@ -116,7 +117,7 @@ async def _write(session: AsyncSession, dialect: str, batch: dict[str, _Tally]) 
             last_used_at=sa.case((newer, at), else_=keys.c.last_used_at),
         )
     )
-    insert = insert_for(dialect, usage)
+    insert = backend_of(session).insert(usage)
     upsert = insert.on_conflict_do_update(
         index_elements=[usage.c.api_key_id, usage.c.day], set_={"count": usage.c.count + insert.excluded.count}
     )

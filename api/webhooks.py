@@ -8,7 +8,7 @@ from quart import Blueprint
 
 from api.auth import current_caller, owned_execution, require_scope
 from api.problems import ApiError, not_found
-from api.services import db_session
+from core.web.services import db_session
 from core.webhooks import RedeliveryRefused, redeliver
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/eval/executions")

@@ -2,7 +2,7 @@
 
     python -m bench.server --port 8123 [--worker]
 
-Built like core/cli.py's `_serve` (same app factory, same logging, and served by its `run_web_server`), with two
+Built like api/cli.py's `_serve` (same app factory, same logging, and served by its `run_web_server`), with two
 additions that exist only here:
 
 - `GET /bench/bare`: a bare Quart JSON route, no auth, no database: the baseline of the status throughput;
@@ -21,9 +21,9 @@ from typing import Any
 from quart import Quart, request
 
 from api.app import create_app, freeze_heap_once_serving
+from api.cli import run_web_server
 from bench.chat_fanout import write
 from chat.socket import mount_chat
-from core.cli import run_web_server
 from core.logs import configure_logging
 from core.settings import load_settings
 

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.events import event_message
 from core.metrics import execution_metrics
 from core.models import Event, Execution
+from core.tool_args import argument_lines
 
 FINAL = ("completed", "failed", "rejected", "cancelled")
 STATUS_TEXT = {
@@ -151,7 +152,7 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
                 "card",
                 seq,
                 at,
-                {**payload, "nextArgsText": pretty(next_action.get("args", {})), "decision": None},
+                {**payload, "nextArgs": argument_lines(next_action.get("args") or {}), "decision": None},
             )
             cards[str(payload.get("checkpointId"))] = card
             items.append(card)

@@ -8,12 +8,12 @@ from typing import Any
 
 from quart import Blueprint, Response, abort, render_template, request, send_from_directory
 
-from api.services import db_session, services
-from api.websession import current_viewer, signin_url
 from chat.access import Person, access_to, view_token_ok
 from chat.conversation import clock, fold, messages_of, run_metrics, status_of
 from core.events import events_after, isoformat
-from core.pageheaders import add_page_headers
+from core.web.headers import add_page_headers
+from core.web.services import db_session, services
+from core.web.sessions import current_viewer, signin_url
 
 blueprint = Blueprint("chat", __name__)
 

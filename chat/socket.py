@@ -10,8 +10,9 @@ Protocol (namespace "/chat", websocket transport only):
   status line and what this watcher may do. Live events (`event`) follow in the room. The client joins
   first and replays second, so nothing committed in between is lost; it drops seqs it already has and
   orders the rest, so nothing shows twice.
-- `decide_checkpoint {executionId, checkpointId, decision, comment, csrf}` calls review.decide with
-  via="chat" for the assigned reviewer only, and answers ok or why not ("already approved by … via … at …").
+- `decide_checkpoint {executionId, checkpointId, decision, comment, editedArgs?, csrf}` calls review.decide
+  with via="chat" for the assigned reviewer only, and answers ok or why not ("already approved by … via …
+  at …"; for an edited argument the tool would refuse, `argument` names it).
 
 Why the socket needs no other CSRF defence than the token it checks: the handshake is refused from any
 origin but our own (cors_allowed_origins), browsers send the SameSite=Lax session cookie on no cross-site
@@ -29,7 +30,6 @@ from urllib.parse import urlsplit
 import socketio
 from quart import Quart
 
-from api.websession import current_viewer
 from chat.access import MAX_TOKEN, Access, Person, access_to, view_token_ok
 from chat.apikey import key_access, key_id_for, presented_key
 from chat.conversation import run_metrics, status_of
@@ -39,7 +39,8 @@ from core.events import event_message, events_after
 from core.models import Checkpoint, Execution
 from core.redis_bus import RedisBus
 from core.settings import Settings
-from review import DecisionError, decide
+from core.web.sessions import current_viewer
+from review import DecisionError, InvalidInput, decide
 from review.by_mail import LinkRefused, decide_by_link
 from review.decisions import Verdict
 
@@ -92,7 +93,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
     async def _signed_in(self, cookie: str | None) -> tuple[Person | None, str | None]:
         """The signed-in user behind a Cookie header, and the session's CSRF token; checked afresh each time.
 
-        The lookup is the web pages' own (api.websession), run in a request context built from the
+        The lookup is the web pages' own (core.web.sessions), run in a request context built from the
         handshake's cookies, so expiry, sign-out and sliding behave exactly as they do for pages."""
         if not cookie:
             return None, None
@@ -110,7 +111,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
             token_ok = view_token_ok(self.settings.secret_key, auth["executionId"], auth["token"])
         key_id = None
         if person is None and not token_ok and (secret := presented_key(environ, auth)) is not None:
-            # Programmatic watchers (api/client) connect with their API key (chat/apikey.py).
+            # Programmatic watchers (vouch_client) connect with their API key (chat/apikey.py).
             async with self.db.reading() as session:
                 key_id = await key_id_for(session, secret, self.settings.secret_key)
         if person is None and not token_ok and key_id is None:
@@ -190,6 +191,9 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
             return await self._decide(sid, _object(data))
         except Refused as refused:
             return refused.answer()
+        except InvalidInput as exc:
+            # `argument` lets the card show the message beside the edited field it is about.
+            return {"ok": False, "error": exc.code, "message": str(exc), "argument": exc.argument}
         except DecisionError as exc:
             return {"ok": False, "error": exc.code, "message": str(exc)}
         except Exception:
@@ -204,6 +208,11 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
         comment = data.get("comment") or ""
         if not isinstance(comment, str) or len(comment) > MAX_COMMENT:
             raise Refused("invalid", f"the comment must be text of at most {MAX_COMMENT} characters")
+        edited = data.get("editedArgs")
+        if edited is not None and not (
+            isinstance(edited, dict) and all(isinstance(name, str) and len(name) <= MAX_ID for name in edited)
+        ):
+            raise Refused("invalid", "editedArgs must be an object of arguments")
         person, csrf, state = await self._who(sid)
         async with self.db.transaction() as session:
             access = await self._access(session, data, person)
@@ -224,7 +233,13 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
                     raise Refused("not_assigned_reviewer", "The review mail's link decides only its own checkpoint.")
                 try:
                     record = await decide_by_link(
-                        session, link, verdict, comment=comment.strip(), remote_addr=state.get("addr"), via="chat"
+                        session,
+                        link,
+                        verdict,
+                        comment=comment.strip(),
+                        remote_addr=state.get("addr"),
+                        via="chat",
+                        edited_args=edited,
                     )
                 except LinkRefused as refused:
                     if isinstance(refused.__cause__, DecisionError):
@@ -241,6 +256,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
                     via="chat",
                     comment=comment.strip(),
                     remote_addr=state.get("addr"),
+                    edited_args=edited,
                 )
         return {"ok": True, "decision": record.as_json()}
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy import event, exc
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from core.backends import BACKEND, backend_for, backend_of
 from core.bus import Bus
+from core.sql import one_of as one_of
 from core.sqlite import make_sqlite_engine
 
 log = logging.getLogger(__name__)
@@ -69,20 +69,6 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
     event.listen(pool, "checkout", handed_out)
 
 
-def insert_for(dialect: str, table: Any) -> sqlite.Insert | postgresql.Insert:
-    """An INSERT in this dialect's own form, for its ON CONFLICT clause (SQLite and PostgreSQL spell it alike)."""
-    return postgresql.insert(table) if dialect == "postgresql" else sqlite.insert(table)
-
-
-def one_of(column: sa.ColumnElement[Any], constants: Sequence[str]) -> sa.ColumnElement[bool]:
-    """`column IN (constants)` with the constants written into the SQL. A plain `in_` renders its list again at
-    every execution (an expanding parameter), which costs more than the statement it is part of on a hot path;
-    this one's SQL is cached whole. Only for our own constants: they are quoted here, not bound."""
-    if any("'" in constant for constant in constants):
-        raise ValueError("one_of takes plain constants")
-    return column.in_([sa.literal_column(f"'{constant}'") for constant in constants])
-
-
 def publish_after_commit(session: AsyncSession, channel: str, message: dict[str, Any]) -> None:
     """Queue a bus message that goes out only if, and after, the session commits."""
     session.info.setdefault(_PENDING, []).append((channel, message))
@@ -95,14 +81,13 @@ def more_to_write(session: AsyncSession) -> None:
 
 
 async def commits_alone(session: AsyncSession) -> bool:
-    """On PostgreSQL, when nothing has run in `session` yet and no caller said `more_to_write`, make its next
-    statement commit by itself, without the round trips of BEGIN and COMMIT (on a path of two or three
-    statements, a third of its time: bench/README.md). Says whether it did: the caller must then write nothing
-    more in this session. The session's commit still publishes what was queued to go out after it."""
-    if session.get_bind().dialect.name != "postgresql" or session.in_transaction() or session.info.get(_MORE_TO_WRITE):
+    """When nothing has run in `session` yet and no caller said `more_to_write`, make its next statement commit
+    by itself where the backend can (PostgreSQL: without the round trips of BEGIN and COMMIT, on a path of two or
+    three statements a third of its time: bench/README.md). Says whether it did: the caller must then write
+    nothing more in this session. The session's commit still publishes what was queued to go out after it."""
+    if session.in_transaction() or session.info.get(_MORE_TO_WRITE):
         return False
-    await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-    return True
+    return await backend_of(session).commit_alone(session)
 
 
 def event_after_commit(session: AsyncSession, message: dict[str, Any]) -> None:
@@ -116,8 +101,13 @@ class Database:
         self.bus = bus
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
-        self._read = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._write = async_sessionmaker(self.engine.execution_options(vouch_write=True), expire_on_commit=False)
+        # What differs between the databases, chosen once; each session carries it (core.backends.backend_of).
+        self.backend = backend_for(self.dialect)
+        info = {BACKEND: self.backend}
+        self._read = async_sessionmaker(self.engine, expire_on_commit=False, info=info)
+        self._write = async_sessionmaker(
+            self.engine.execution_options(vouch_write=True), expire_on_commit=False, info=info
+        )
         self._event_sinks: list[EventSink] = []
         # Tasks inside a write transaction (with its depth), and those to cancel as soon as it ends.
         self._writing: dict[asyncio.Task[Any], int] = {}

@@ -146,11 +146,9 @@ async def _claim_due(db: Database) -> MailMessage | None:
             .order_by(MailMessage.next_attempt_at)
             .limit(1)
         )
-        if db.dialect == "postgresql":
-            due = due.with_for_update(skip_locked=True)
         return await session.scalar(
             sa.update(MailMessage)
-            .where(MailMessage.id == due.scalar_subquery())
+            .where(MailMessage.id == db.backend.skip_locked(due).scalar_subquery())
             .values(attempts=MailMessage.attempts + 1, next_attempt_at=now + _SEND_LEASE)
             .returning(MailMessage),
             execution_options={"synchronize_session": False},

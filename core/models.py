@@ -25,8 +25,8 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime stored; use aware UTC datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        # SQLite keeps the text of the UTC time (its DATETIME writes no zone); PostgreSQL a timestamptz.
+        return value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -123,6 +123,9 @@ class Execution(Base):
     # Issue 7: webhook event types beyond execution.completed that the caller asked for
     # ("checkpoint.awaiting_review", "checkpoint.decided"); None = completion only.
     webhook_events: Mapped[list[Any] | None] = mapped_column()
+    # False for a rule-based agent (the offline one): it cannot revise from a rejection's comment, so a
+    # rejection ends its run (review/decisions.py); set at creation.
+    reads_comments: Mapped[bool] = mapped_column(default=True, server_default=sa.true())
 
 
 
@@ -145,6 +148,9 @@ class Checkpoint(Base):
     attempt: Mapped[int] = mapped_column(default=1, server_default="1")
     # Issue 6: the tool call an auto checkpoint gates (its exact tool and arguments), when there is one.
     tool_call_id: Mapped[str | None] = mapped_column(sa.String(40))
+    # Issue 20: the action the agent proposed when it last paused here ({tool, args, instruction, toolCallId,
+    # editable}); kept once decided, for the audit. None until the agent has paused here.
+    next_action: Mapped[dict[str, Any] | None] = mapped_column()
 
 
 CHECKPOINTS = cast(sa.Table, Checkpoint.__table__)
@@ -163,6 +169,9 @@ class Decision(Base):
     comment: Mapped[str] = mapped_column(sa.Text, default="")
     remote_addr: Mapped[str | None] = mapped_column(sa.String(64))
     decided_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # An approval with edited arguments: the arguments proposed, and the ones the reviewer changed.
+    original_args: Mapped[dict[str, Any] | None] = mapped_column()
+    edited_args: Mapped[dict[str, Any] | None] = mapped_column()
 
 
 class Event(Base):
@@ -188,6 +197,8 @@ class ToolCall(Base):
     args: Mapped[dict[str, Any]] = mapped_column()
     # The model's own id for the call (an LLM's tool_call_id); None for the offline agent.
     provider_call_id: Mapped[str | None] = mapped_column(sa.String(200))
+    # The agent's own arguments, when a reviewer's approval edited them (then `args` holds the edited ones).
+    proposed_args: Mapped[dict[str, Any] | None] = mapped_column()
     status: Mapped[str] = mapped_column(sa.String(16))
     result: Mapped[dict[str, Any] | None] = mapped_column()
     error: Mapped[str | None] = mapped_column(sa.Text)

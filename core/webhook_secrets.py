@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.db import insert_for
+from core.backends import backend_of
 from core.models import WebhookSecret, utcnow
 
 PREFIX = "whsec_"
@@ -66,8 +66,7 @@ async def rotate_secret(
     now = now or utcnow()
     # Make sure the row exists (generation 1 is implicit until the first rotation), then move it forward
     # with one conditional UPDATE, so two rotations at once each advance it exactly one step.
-    dialect = session.get_bind().dialect.name
-    insert = insert_for(dialect, WebhookSecret)
+    insert = backend_of(session).insert(WebhookSecret)
     await session.execute(
         insert.values(user_id=user_id, generation=1).on_conflict_do_nothing(index_elements=["user_id"])
     )

@@ -101,9 +101,8 @@ def next_delay(attempt: int, retry_after: float | None, jitter: Jitter) -> float
 
 async def claim_due(db: Database, clock: Clock, lease: timedelta) -> WebhookDelivery | None:
     async with db.transaction() as session:
-        if db.dialect == "sqlite":
-            # BEGIN IMMEDIATE may have waited for another writer: read the clock once the lock is ours.
-            await session.execute(sa.text("SELECT 1"))
+        # Beginning may have waited for another writer: read the clock once it has.
+        await db.backend.begin_writing(session)
         now = clock()
         due = (
             sa.select(WebhookDelivery.id)
@@ -115,11 +114,9 @@ async def claim_due(db: Database, clock: Clock, lease: timedelta) -> WebhookDeli
             .order_by(WebhookDelivery.next_attempt_at)
             .limit(1)
         )
-        if db.dialect == "postgresql":
-            due = due.with_for_update(skip_locked=True)
         claimed: WebhookDelivery | None = await session.scalar(
             sa.update(WebhookDelivery)
-            .where(WebhookDelivery.id == due.scalar_subquery())
+            .where(WebhookDelivery.id == db.backend.skip_locked(due).scalar_subquery())
             .values(attempts=WebhookDelivery.attempts + 1, locked_until=now + lease)
             .returning(WebhookDelivery),
             execution_options={"synchronize_session": False},

@@ -27,6 +27,7 @@ from core.metrics import execution_metrics
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
 
 if TYPE_CHECKING:
+    # A circle for the type checker only: core/events.py calls enqueue_for_event with the event it just added.
     from core.events import AddedEvent
 
 WEBHOOK_CHANNEL = "vouch:webhooks"

@@ -1,5 +1,6 @@
 """Run an evaluation task from Python in CI; exit non-zero unless it completes.
 
+    pip install ./vouch-client   # the client alone; a server's install has it too
     VOUCH_URL=https://vouch.example.com VOUCH_API_KEY=svc_eval_… python examples/ci_gate.py
 """
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from api.client import Client, VouchError, WaitTimeout
+from vouch_client import Client, VouchError, WaitTimeout
 
 TASK = {
     "taskName": "Nightly release-note check",

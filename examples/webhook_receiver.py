@@ -1,6 +1,6 @@
 """Receive Vouch's completion webhook in a small web app and verify its signature.
 
-    pip install quart            # any framework works: verify the raw body bytes and the three headers
+    pip install ./vouch-client quart   # any framework works: verify the raw body bytes and the three headers
     VOUCH_WEBHOOK_SECRET=whsec_… python examples/webhook_receiver.py
 
 Get the secret with `vouch webhooks secret you@example.com`, and give the task `"webhookUrl":
@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 
 from quart import Quart, request
-
-from api.client import WebhookVerificationError, verify_webhook
+from vouch_client import WebhookVerificationError, verify_webhook
 
 app = Quart(__name__)
 SECRET = os.environ["VOUCH_WEBHOOK_SECRET"]

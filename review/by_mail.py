@@ -8,6 +8,7 @@ worked out in one place, so a link page, a reply and the chat tell the same stor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -71,6 +72,7 @@ async def decide_by_link(
     comment: str,
     remote_addr: str | None,
     via: Channel = "email",
+    edited_args: dict[str, Any] | None = None,
 ) -> DecisionRecord:
     """Spend the link and decide as its reviewer, on the attempt it was made for; LinkRefused if the link
     may not decide. `via` is "chat" for the mail's chat link, "email" for its buttons and a reply.
@@ -91,6 +93,7 @@ async def decide_by_link(
             comment=comment,
             remote_addr=remote_addr,
             attempt=link.attempt,
+            edited_args=edited_args,
         )
     except DecisionError as exc:
         raise LinkRefused(state, str(exc)) from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,6 +14,7 @@ from core.db import publish_after_commit
 from core.events import append_event, isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
+from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text
 from review.access import reviewer_may_decide
 
 Verdict = Literal["approve", "reject"]
@@ -36,8 +37,11 @@ class DecisionRecord:
     comment: str
     attempt: int = 1
     remote_addr: str | None = None
+    # An approval with edited arguments: all the arguments proposed, and those the reviewer changed.
+    original_args: dict[str, Any] | None = None
+    edited_args: dict[str, Any] | None = None
 
-    def as_json(self) -> dict[str, str | int | None]:
+    def as_json(self) -> dict[str, Any]:
         # The request address stays out of this shape: it goes into events, which view-link holders see.
         return {
             "decision": self.decision,
@@ -46,6 +50,8 @@ class DecisionRecord:
             "at": isoformat(self.at),
             "comment": self.comment,
             "attempt": self.attempt,
+            "originalArgs": self.original_args,
+            "editedArgs": self.edited_args,
         }
 
     @classmethod
@@ -59,6 +65,8 @@ class DecisionRecord:
             row.comment,
             row.attempt,
             row.remote_addr,
+            row.original_args,
+            row.edited_args,
         )
 
 
@@ -99,6 +107,44 @@ class ExecutionNotWaiting(DecisionError):
     code = "execution_not_awaiting_review"
 
 
+class InvalidInput(DecisionError):
+    """The decision itself is malformed: `pointer` names the part (`/comment`, `/editedArgs/subject`), as a
+    JSON Pointer into the API's body; every channel says which field of its own form that is."""
+
+    code = "invalid_decision"
+
+    def __init__(self, pointer: str, detail: str) -> None:
+        super().__init__(f"{pointer.rsplit('/', 1)[-1]} {detail}")
+        self.pointer = pointer
+        self.detail = detail
+        # The argument's name for an edit, else "" (a form shows the error beside that argument's field).
+        self.argument = pointer.removeprefix("/editedArgs/") if pointer.startswith("/editedArgs/") else ""
+
+
+REJECT_NEEDS_COMMENT = "is required to reject: say what should change"
+
+
+def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The proposed arguments and the reviewer's changes to them (only those that differ), or InvalidInput
+    naming the first argument that is not valid. The whole resulting set is checked against the tool's
+    schema (core/tool_args.py), so an edit cannot make a call the tool would refuse."""
+    if not next_action or not next_action.get("editable"):
+        raise InvalidInput("/editedArgs", "cannot be given here: this checkpoint's action is not a tool call to edit")
+    tool, original = str(next_action.get("tool")), dict(next_action.get("args") or {})
+    if tool not in TOOL_PARAMETERS:
+        raise InvalidInput("/editedArgs", f"cannot be given here: {tool} takes no arguments a reviewer can edit")
+    # Forms and command lines send text: a number argument's text counts as its number.
+    edited = {name: from_text(tool, name, value) if isinstance(value, str) else value for name, value in edited.items()}
+    changed = {name: value for name, value in edited.items() if original.get(name, _MISSING) != value}
+    for problem in argument_problems(tool, {**original, **edited}):
+        if problem.name in edited or not problem.name:
+            raise InvalidInput(f"/editedArgs/{problem.name}".rstrip("/"), problem.detail)
+    return original, changed
+
+
+_MISSING = object()
+
+
 async def decision_for(session: AsyncSession, checkpoint_id: str, attempt: int | None = None) -> DecisionRecord | None:
     """The decision on `attempt` of a checkpoint, or on its latest decided attempt."""
     query = sa.select(Decision).where(Decision.checkpoint_id == checkpoint_id)
@@ -125,6 +171,7 @@ async def decide(
     comment: str = "",
     remote_addr: str | None = None,
     attempt: int | None = None,
+    edited_args: dict[str, Any] | None = None,
 ) -> DecisionRecord:
     """Record the first answer to the current attempt of a checkpoint and move its execution on.
 
@@ -138,7 +185,13 @@ async def decide(
     Approve makes the execution runnable. Reject sends the agent back to revise while the checkpoint's
     rejections stay under the execution's `max_revisions` (the checkpoint returns to pending with the next
     attempt number); the rejection after that ends the execution `rejected`. A deadline's reject or cancel
-    (`via="timeout"`) is final: nobody answered, so there is no comment to revise from.
+    (`via="timeout"`) is final: nobody answered, so there is no comment to revise from. A person's rejection
+    needs a comment, whatever the channel (InvalidInput `/comment`). An agent that cannot read comments
+    (`reads_comments` false: the rule-based one) is not sent back: its rejection ends the run.
+
+    `edited_args` (approve only) changes some of the arguments of the tool call the checkpoint gates; they are
+    checked against the tool's schema (InvalidInput naming the argument) and kept, with the proposed ones, in
+    the decision. The runner runs the call with them (agents/tool_calls.py, `gate`).
     """
     if decision not in ("approve", "reject", "cancel"):
         raise DecisionError(f"decision must be 'approve' or 'reject', not {decision!r}")
@@ -146,6 +199,18 @@ async def decide(
         raise DecisionError("only a deadline cancels; decide 'approve' or 'reject'")
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
+    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip():
+        raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
+    original_args: dict[str, Any] | None = None
+    if edited_args is not None:
+        if decision != "approve":
+            raise InvalidInput("/editedArgs", "may only come with approve: a rejection changes nothing")
+        if not isinstance(edited_args, dict) or not edited_args:
+            raise InvalidInput("/editedArgs", "must be an object naming at least one argument")
+        proposed = await session.scalar(sa.select(Checkpoint.next_action).where(Checkpoint.id == checkpoint_id))
+        original_args, edited_args = _checked_edits(proposed, edited_args)
+        if not edited_args:
+            original_args = edited_args = None  # nothing differs: a plain approval
     from_status = "pending" if via == "auto" else "awaiting_review"
     new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
     if via == "auto":
@@ -207,6 +272,8 @@ async def decide(
         comment=comment,
         remote_addr=remote_addr,
         decided_at=now,
+        original_args=original_args,
+        edited_args=edited_args,
     )
     session.add(row)
     # Flushed here: the unique (checkpoint_id, attempt) is the database's own guard against a second answer.
@@ -217,13 +284,17 @@ async def decide(
         return record
     revise = False
     if decision == "reject" and via != "timeout":
-        limit = await session.scalar(sa.select(Execution.max_revisions).where(Execution.id == execution_id))
+        limit, reads = (
+            await session.execute(
+                sa.select(Execution.max_revisions, Execution.reads_comments).where(Execution.id == execution_id)
+            )
+        ).one()
         rejections = await session.scalar(
             sa.select(sa.func.count())
             .select_from(Decision)
             .where(Decision.checkpoint_id == checkpoint_id, Decision.decision == "reject")
         )
-        revise = (rejections or 0) <= (limit or 0)
+        revise = reads and (rejections or 0) <= (limit or 0)
     end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[decision]
     moved = await session.execute(
         sa.update(Execution)

@@ -15,13 +15,14 @@ import sqlalchemy as sa
 from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.services import db_session, services
-from api.websession import CsrfError, client_addr, login_required, see_other, viewer
 from core.links import chat_url
 from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
-from core.pageheaders import add_page_headers
+from core.tool_args import argument_lines
+from core.web.headers import add_page_headers
+from core.web.services import db_session, services
+from core.web.sessions import CsrfError, client_addr, login_required, see_other, viewer
 from review.access import may_decide
-from review.decisions import DecisionError, decide, decision_history
+from review.decisions import DecisionError, InvalidInput, decide, decision_history
 
 blueprint = Blueprint("review_inbox", __name__, url_prefix="/review/inbox")
 
@@ -137,7 +138,14 @@ async def _checkpoint_for(session: AsyncSession, checkpoint_id: str, email: str)
 
 
 async def _detail(
-    session: AsyncSession, checkpoint: Checkpoint, execution: Execution, *, error: str | None = None, comment: str = ""
+    session: AsyncSession,
+    checkpoint: Checkpoint,
+    execution: Execution,
+    *,
+    error: str | None = None,
+    comment: str = "",
+    values: dict[str, str] | None = None,
+    bad_argument: str = "",
 ) -> str:
     email = viewer().email
     now = utcnow()
@@ -165,7 +173,27 @@ async def _detail(
         chat_link=chat_url(base, services().settings.secret_key, execution.id),
         error=error,
         comment=comment,
+        action=checkpoint.next_action,
+        # The proposed arguments in full, or what the reviewer typed over them when the form comes back.
+        arguments=[(name, (values or {}).get(name, text)) for name, text in argument_lines(action_args(checkpoint))],
+        bad_argument=bad_argument,
     )
+
+
+def action_args(checkpoint: Checkpoint) -> dict[str, Any]:
+    return dict((checkpoint.next_action or {}).get("args") or {})
+
+
+def _lines(value: str) -> str:
+    # A browser sends a textarea's line breaks as CRLF: an argument left as it was must compare equal.
+    return value.replace("\r\n", "\n")
+
+
+def _edits(checkpoint: Checkpoint, values: dict[str, str]) -> dict[str, Any] | None:
+    """The arguments whose field the reviewer changed; None when none was (a plain approval)."""
+    proposed = dict(argument_lines(action_args(checkpoint)))
+    changed = {name: value for name, value in values.items() if proposed.get(name) != value}
+    return changed or None
 
 
 @blueprint.get("")
@@ -212,6 +240,7 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             session, checkpoint, execution, error="Say what the agent should change: a rejection needs a comment."
         )
         return page, 422
+    values = {key.removeprefix("arg:"): _lines(value) for key, value in form.items() if key.startswith("arg:")}
     if not await may_decide(session, execution, checkpoint, email, utcnow()):
         abort(404)
     try:
@@ -224,7 +253,20 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             comment=comment,
             remote_addr=client_addr(),
             attempt=attempt,  # the attempt the reviewer saw: a stale form cannot answer a newer one
+            edited_args=_edits(checkpoint, values) if verdict == "approve" else None,
         )
+    except InvalidInput as exc:
+        # Refused before anything was written; the 422 rolls the request's transaction back all the same.
+        page = await _detail(
+            session,
+            checkpoint,
+            execution,
+            error=f"Not recorded: {exc}.",
+            comment=comment,
+            values=values,
+            bad_argument=exc.argument,
+        )
+        return page, 422
     except DecisionError as exc:  # AlreadyDecided names the winner
         await session.refresh(checkpoint)
         await session.refresh(execution)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from quart import Blueprint, Response, abort, render_template
 
-from api.services import db_session
-from api.websession import login_required, viewer
 from core.models import MailMessage
-from core.pageheaders import add_page_headers
+from core.web.headers import add_page_headers
+from core.web.services import db_session
+from core.web.sessions import login_required, viewer
 
 blueprint = Blueprint("mailbox", __name__)
 

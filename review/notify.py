@@ -21,6 +21,7 @@ from core.links import reviewer_chat_url
 from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, MailMessage
 from core.settings import Settings
+from core.tool_args import argument_lines
 from review.links import mint_links
 
 FALLBACK_BASE_URL = "http://127.0.0.1:8000"
@@ -31,6 +32,8 @@ _env = Environment(
     autoescape=select_autoescape(enabled_extensions=("html",), default_for_string=False),
     keep_trailing_newline=True,
 )
+# A multi-line argument in the text mail: every line indented under its name, none cut.
+_env.filters["indented"] = lambda text: "\n".join("    " + line for line in str(text).split("\n"))
 
 
 def base_url(settings: Settings) -> str:
@@ -94,6 +97,10 @@ async def queue_review_mail(
         "reject_url": f"{base}/review/link/{links.reject}",
         "reply_token": links.reply,
         "hours": settings.review_link_hours,
+        # Every argument in full (issue 20): the mail is the one place some reviewers ever look.
+        "arguments": argument_lines(next_action.get("args") or {}),
+        "inbox_url": f"{base}/review/inbox/{checkpoint.id}",
+        "reads_comments": execution.reads_comments,
     }
     # one_line: names the API took before it refused control characters (issue 19) must not break the header.
     name, stage = one_line(execution.task_name), one_line(checkpoint.stage)

@@ -12,11 +12,12 @@ from typing import Any
 
 from quart import Blueprint, Response, render_template, request
 
-from api.services import services
-from api.websession import PRESESSION_COOKIE, client_addr, presession_secret, token_digest
 from core.links import chat_url
 from core.models import ReviewLink
-from core.pageheaders import add_page_headers
+from core.tool_args import argument_lines
+from core.web.headers import add_page_headers
+from core.web.services import services
+from core.web.sessions import PRESESSION_COOKIE, client_addr, presession_secret, token_digest
 from review.by_mail import LinkRefused, LinkState, decide_by_link, link_state
 from review.decisions import Verdict
 from review.links import find_link
@@ -64,6 +65,10 @@ async def _form_page(state: LinkState, *, error: str = "", comment: str = "", st
         "chat_url": _chat_url(state),
         "error": error,
         "comment": comment,
+        "action": state.checkpoint.next_action,
+        "arguments": argument_lines((state.checkpoint.next_action or {}).get("args") or {}),
+        # Links approve or reject as proposed; changing the arguments first is the inbox page's (signed in).
+        "inbox_url": f"{base_url(services().settings)}/review/inbox/{state.checkpoint.id}",
     }
     return await render_template("review/link_confirm.html", **context), status
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.backends import backend_of
 from core.db import Database
 from core.events import append_event
 from core.ids import new_id
@@ -67,9 +68,7 @@ async def _claim(session: AsyncSession, now: datetime) -> ReviewTimer | None:
         .order_by(ReviewTimer.due_at, ReviewTimer.id)
         .limit(1)
     )
-    if session.get_bind().dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    return await session.scalar(query)
+    return await session.scalar(backend_of(session).skip_locked(query))
 
 
 def _mail_text(settings: Settings, execution: Execution, checkpoint: Checkpoint, opening: str) -> str:

@@ -14,8 +14,8 @@ from quart import Blueprint, Response, g, render_template
 from werkzeug.exceptions import HTTPException
 
 from api.pages import execution_pages, home_pages, key_pages, session_pages, signup_pages, webhook_pages
-from api.websession import CsrfError
-from core.pageheaders import PAGE_CSP, add_page_headers
+from core.web.headers import PAGE_CSP, add_page_headers
+from core.web.sessions import CsrfError
 
 blueprint = Blueprint("pages", __name__)
 blueprint.register_blueprint(home_pages.blueprint)

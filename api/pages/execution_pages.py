@@ -16,10 +16,10 @@ from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.pages import charts
-from api.services import db_session
-from api.websession import login_required, see_other, viewer
 from core.metrics import FINAL_STATUSES, load_facts, metrics_of, review_waits
 from core.models import Decision, Event, Execution, utcnow
+from core.web.services import db_session
+from core.web.sessions import login_required, see_other, viewer
 from core.webhooks import RedeliveryRefused, deliveries_of, redeliver
 
 blueprint = Blueprint("executions_pages", __name__)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from quart import Blueprint, render_template
 
-from api.services import db_session, services
-from api.websession import current_viewer
 from core.accounts import MAX_ACTIVE_KEYS, active_key_count
 from core.models import utcnow
+from core.web.services import db_session, services
+from core.web.sessions import current_viewer
 
 blueprint = Blueprint("home", __name__)
 

@@ -9,9 +9,7 @@ from quart import Blueprint, Response, abort, render_template, request
 from werkzeug.datastructures import MultiDict
 
 from api.pages.key_form import DEFAULT_EXPIRY, EXPIRY_PRESETS, ON_DATE, SCOPE_HELP, KeyForm
-from api.services import db_session, services
 from api.usage import usage_by_day
-from api.websession import login_required, see_other, viewer
 from core.accounts import (
     MAX_ACTIVE_KEYS,
     MAX_KEY_DAYS,
@@ -24,6 +22,8 @@ from core.accounts import (
 )
 from core.apikeys import SCOPES
 from core.models import ApiKey, User, utcnow
+from core.web.services import db_session, services
+from core.web.sessions import login_required, see_other, viewer
 
 blueprint = Blueprint("keys", __name__)
 

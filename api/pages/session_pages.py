@@ -6,8 +6,9 @@ from quart import Blueprint, Response, render_template, request
 from werkzeug.datastructures import MultiDict
 
 from api import signin
-from api.services import db_session, services
-from api.websession import (
+from core.models import User, utcnow
+from core.web.services import db_session, services
+from core.web.sessions import (
     check_presession_csrf,
     client_addr,
     current_viewer,
@@ -18,7 +19,6 @@ from api.websession import (
     see_other,
     start_session,
 )
-from core.models import User, utcnow
 
 blueprint = Blueprint("session", __name__)
 

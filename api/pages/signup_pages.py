@@ -12,9 +12,11 @@ from sqlalchemy.exc import IntegrityError
 from werkzeug.datastructures import MultiDict
 
 from api import signin
-from api.services import db_session, services
 from api.signup import LinkState, find_request, request_signup, spend
-from api.websession import (
+from core.accounts import AccountError, create_user, hash_password, normalise_email, password_matches
+from core.models import utcnow
+from core.web.services import db_session, services
+from core.web.sessions import (
     check_presession_csrf,
     client_addr,
     current_viewer,
@@ -22,8 +24,6 @@ from api.websession import (
     see_other,
     start_session,
 )
-from core.accounts import AccountError, create_user, hash_password, normalise_email, password_matches
-from core.models import utcnow
 
 blueprint = Blueprint("signup", __name__)
 

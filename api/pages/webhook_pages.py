@@ -10,8 +10,8 @@ from __future__ import annotations
 from quart import Blueprint, Response, render_template, request
 from werkzeug.datastructures import MultiDict
 
-from api.services import db_session, services
-from api.websession import login_required, see_other, viewer
+from core.web.services import db_session, services
+from core.web.sessions import login_required, see_other, viewer
 from core.webhook_secrets import ROTATION_OVERLAP, rotate_secret, signing_secrets
 
 blueprint = Blueprint("webhook_pages", __name__)

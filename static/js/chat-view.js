@@ -89,6 +89,49 @@ function showPart(element, name, shown) {
   });
 }
 
+// An argument as the reviewer reads and edits it: text as it is, anything else as JSON (chat/conversation.py).
+export function argumentText(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+// Every argument of the proposed call in full, and one field per argument in the edit form. Text only.
+function fillArguments(card, args, editable) {
+  const list = slot(card, "nextArgs");
+  const fields = slot(card, "editFields");
+  for (const [name, value] of Object.entries(args)) {
+    const text = argumentText(value);
+    const row = document.createElement("div");
+    const term = document.createElement("dt");
+    const code = document.createElement("code");
+    code.textContent = name;
+    term.appendChild(code);
+    const detail = document.createElement("dd");
+    const pre = document.createElement("pre");
+    pre.textContent = text;
+    detail.appendChild(pre);
+    row.append(term, detail);
+    list.appendChild(row);
+    if (!editable) {
+      continue;
+    }
+    const label = document.createElement("label");
+    label.className = "cp-arg";
+    const labelCode = document.createElement("code");
+    labelCode.textContent = name;
+    const area = document.createElement("textarea");
+    area.dataset.arg = name;
+    area.rows = Math.min(Math.max(text.split("\n").length, 2), 8);
+    area.defaultValue = text;
+    const error = document.createElement("span");
+    error.className = "cp-arg-error";
+    error.dataset.argError = name;
+    error.setAttribute("role", "alert");
+    error.hidden = true;
+    label.append(labelCode, area, error);
+    fields.appendChild(label);
+  }
+}
+
 function fromTemplate(kind, message) {
   const element = document.getElementById(`tpl-${kind}`).content.firstElementChild.cloneNode(true);
   element.dataset.seq = String(message.seq);
@@ -270,7 +313,10 @@ export function createView(root, needState) {
       fill(element, "guardsText", guardsText(payload.guards));
       showPart(element, "guards", Boolean(payload.guards));
       fill(element, "nextTool", next.tool);
-      fill(element, "nextArgsText", pretty(next.args || {}));
+      fillArguments(element, next.args || {}, Boolean(next.editable));
+      showPart(element, "edit", Boolean(next.editable));
+      showPart(element, "noComments", payload.readsComments === false);
+      showPart(element, "noCommentsEdit", Boolean(next.editable));
       showPart(element, "auto", payload.origin === "auto");
       fill(element, "attempt", payload.attempt || 1);
       showPart(element, "attempt", (payload.attempt || 1) > 1);

@@ -142,23 +142,46 @@ import { createView, slot } from "./chat-view.js";
     });
   }
 
+  function showError(form, message) {
+    const error = slot(form, "error");
+    error.textContent = message.charAt(0).toUpperCase() + message.slice(1);
+    error.hidden = false;
+  }
+
+  // The arguments the reviewer changed in the edit form (only those: the others stay as proposed).
+  function editedArgs(form) {
+    const edited = {};
+    form.querySelectorAll("textarea[data-arg]").forEach((area) => {
+      if (area.value !== area.defaultValue) {
+        edited[area.dataset.arg] = area.value;
+      }
+    });
+    return Object.keys(edited).length ? edited : null;
+  }
+
   function decide(form, decision) {
     const card = form.closest("[data-checkpoint-id]");
     const error = slot(form, "error");
     const buttons = form.querySelectorAll("button");
+    error.hidden = true;
+    form.querySelectorAll("[data-arg-error]").forEach((span) => {
+      span.hidden = true;
+    });
+    const comment = form.elements.comment.value;
+    const edits = decision === "approve" ? editedArgs(form) : null;
+    // The same rule as every channel's (review.decide checks it again): the agent revises from the comment.
+    if (decision === "reject" && !comment.trim()) {
+      showError(form, "Say what should change: a rejection needs a comment.");
+      form.elements.comment.focus();
+      return;
+    }
     buttons.forEach((button) => {
       button.disabled = true;
     });
-    error.hidden = true;
-    const request = {
-      executionId,
-      token,
-      reviewerToken,
-      checkpointId: card.dataset.checkpointId,
-      decision,
-      comment: form.elements.comment.value,
-      csrf,
-    };
+    const request = { executionId, token, reviewerToken, checkpointId: card.dataset.checkpointId, decision, comment, csrf };
+    if (edits) {
+      request.editedArgs = edits;
+    }
     socket.timeout(15000).emit("decide_checkpoint", request, (failure, answer) => {
       buttons.forEach((button) => {
         button.disabled = false;
@@ -168,8 +191,17 @@ import { createView, slot } from "./chat-view.js";
         return;
       }
       const message = failure ? "No answer from the server; check the connection and try again." : answer.message;
-      error.textContent = message.charAt(0).toUpperCase() + message.slice(1);
-      error.hidden = false;
+      showError(form, message);
+      const argument = answer && answer.argument;
+      if (argument) {
+        // An edited argument the tool would refuse: said beside its field too.
+        const beside = Array.from(form.querySelectorAll("[data-arg-error]")).find((s) => s.dataset.argError === argument);
+        if (beside) {
+          beside.textContent = message;
+          beside.hidden = false;
+          beside.closest("details").open = true;
+        }
+      }
       if (answer && answer.error === "already_decided") {
         buttons.forEach((button) => {
           button.disabled = true;

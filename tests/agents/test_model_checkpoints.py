@@ -75,6 +75,8 @@ async def test_a_mail_sent_without_asking_waits_at_the_caller_checkpoint_until_a
             "args": MAIL,
             "instruction": "send an e-mail to boss@example.com with subject 'Weekly report'",
             "toolCallId": proposed.id,
+            # The reviewer may edit the call the caller checkpoint holds back (issue 20 item 4).
+            "editable": True,
         }
         assert awaiting["toolCallId"] == proposed.id
         assert len(llm.requests) == 1

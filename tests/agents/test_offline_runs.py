@@ -17,6 +17,7 @@ from review import decide
 from tests.agents.test_runner import REVIEWER, claim_and_run, new_execution, snapshot
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
+AGENTS_DOC = (Path(__file__).parents[2] / "docs" / "agents.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -77,9 +78,9 @@ async def test_a_task_with_an_instruction_not_understood_fails_before_any_step(
 
 
 def _readme_tasks() -> list[str]:
-    """The README's own offline tasks: the First run's, and the offline agent's vocabulary made concrete."""
+    """The documented offline tasks: the README's First run, and docs/agents.md's vocabulary made concrete."""
     first_run = json.loads('"' + re.search(r'"taskDescription": "((?:[^"\\]|\\.)*)"', README).group(1) + '"')  # type: ignore[union-attr]
-    section = README.split("## The offline agent", 1)[1].split("\n## ", 1)[0]
+    section = AGENTS_DOC.split("## The offline agent", 1)[1].split("\n## ", 1)[0]
     bullets = re.findall(r"^- (.+)$", section, re.M)
     concrete = {
         "ADDRESS": "team@example.com",

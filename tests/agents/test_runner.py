@@ -259,7 +259,9 @@ async def test_pause_is_data_and_resume_continues_from_the_cursor(db: Database, 
     assert checkpoint.status == "awaiting_review"
     assert checkpoint.awaiting_since is not None
     assert paused.decisions == []
-    assert [(c.tool, c.status) for c in paused.calls] == [("write_file", "succeeded")]
+    # The mail's call is on record, held back by the checkpoint that guards it (and may approve it edited).
+    assert [(c.tool, c.status) for c in paused.calls] == [("write_file", "succeeded"), ("send_email", "proposed")]
+    assert checkpoint.tool_call_id == paused.calls[1].id
     assert paused.mails == []
     assert paused.execution.agent_state is not None and paused.execution.agent_state["cursor"] == 1
     assert paused.types[-1] == "checkpoint.awaiting_review"
@@ -298,11 +300,10 @@ async def test_pause_is_data_and_resume_continues_from_the_cursor(db: Database, 
     assert mail.recipient == "boss@example.com"
 
     assert done.events[: len(paused.events)] == paused.events
+    # The mail's announcement and call came before the pause (the checkpoint held that call back).
     assert done.types[len(paused.events) :] == [
         "checkpoint.decided",
         "execution.resumed",
-        "agent.message",
-        "tool.call",
         "tool.result",
         "agent.message",
         "execution.completed",
@@ -344,7 +345,8 @@ async def test_rejected_execution_is_not_resumed(db: Database, settings: Setting
     snap = await snapshot(db, exe)
     assert snap.execution.status == "rejected"
     assert snap.mails == []
-    assert len(snap.calls) == 1
+    # The held mail's call stays proposed: never started, never run.
+    assert [(c.tool, c.status) for c in snap.calls] == [("write_file", "succeeded"), ("send_email", "proposed")]
 
 
 # --- fencing -----------------------------------------------------------------------------------------

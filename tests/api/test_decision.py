@@ -159,7 +159,9 @@ async def test_second_decision_is_409_naming_the_first(service: Service) -> None
     assert code == 200, first
     for verdict in ("approve", "reject"):
         response = await service.client.post(
-            decision_path(execution_id, checkpoint_id), json={"decision": verdict}, headers=bearer(owner.key)
+            decision_path(execution_id, checkpoint_id),
+            json={"decision": verdict, "comment": "late"},
+            headers=bearer(owner.key),
         )
         body = await response.get_json()
         assert_problem(response, body, 409, "already_decided", "Conflict")
@@ -194,7 +196,11 @@ async def test_queued_checkpoint_is_not_awaiting_review(api_only: Service) -> No
     execution_id = await two_checkpoint_run(api_only, owner, owner.email)
     record = await get_status(api_only, owner.key, execution_id)
     code, body = await decide(
-        api_only, owner.key, execution_id, record["checkpoints"][0]["checkpointId"], {"decision": "reject"}
+        api_only,
+        owner.key,
+        execution_id,
+        record["checkpoints"][0]["checkpointId"],
+        {"decision": "reject", "comment": "too early"},
     )
     assert code == 409, body
     assert body["code"] == "checkpoint_not_awaiting_review"

@@ -10,9 +10,9 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from api.services import db_session
 from core.logs import RequestIdFilter
 from core.models import Event, utcnow
+from core.web.services import db_session
 from tests.api.helpers import CREATE, account, assert_problem, status_path, task
 from tests.conftest import Service, bearer
 

@@ -50,6 +50,7 @@ CHECKPOINT_KEYS = {
     "origin",
     "status",
     "awaitingSince",
+    "nextAction",
     "decision",
 }
 METRIC_KEYS = {"durationMs", "agentMs", "reviewWaitMs", "steps", "toolCalls"}
@@ -114,6 +115,7 @@ async def test_queued_record_without_a_worker(api_only: Service) -> None:
         assert checkpoint["origin"] == "caller"
         assert checkpoint["status"] == "pending"
         assert checkpoint["awaitingSince"] is None
+        assert checkpoint["nextAction"] is None  # the agent has not paused there
         assert checkpoint["decision"] is None
     assert len({cp["checkpointId"] for cp in record["checkpoints"]}) == 2
     assert_int_metrics(record["metrics"])
@@ -158,6 +160,7 @@ async def test_without_verification_runs_to_completion(service: Service) -> None
         assert set(checkpoint) == CHECKPOINT_KEYS
         assert checkpoint["status"] == "auto_approved"
         assert checkpoint["awaitingSince"] is None
+        assert checkpoint["nextAction"] is None  # passed without a pause
         decision = checkpoint["decision"]
         assert decision is not None
         assert decision["via"] == "auto"

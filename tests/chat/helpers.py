@@ -14,13 +14,13 @@ import sqlalchemy as sa
 from api.auth import Caller
 from api.schemas import CreateTaskIn
 from api.tasks import create_execution
-from api.websession import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from core.accounts import create_user, user_by_email
 from core.db import Database
 from core.events import append_event
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Execution, User, WebSession, utcnow
 from core.settings import Settings
+from core.web.sessions import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from tests.conftest import make_account
 
 T = TypeVar("T")

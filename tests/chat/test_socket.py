@@ -253,7 +253,7 @@ async def test_the_reviewer_decides_from_the_card_and_every_watcher_sees_it(
         assert decided["type"] == "checkpoint.decided"
         assert decided["payload"] == {"checkpointId": checkpoint_id, **done["decision"]}
 
-    again = await reviewer.decide(execution_id, checkpoint_id, "reject", csrf=csrf)
+    again = await reviewer.decide(execution_id, checkpoint_id, "reject", csrf=csrf, comment="late")
     assert again["error"] == "already_decided"
     assert again["message"] == f"already approved by {REVIEWER} via chat at {done['decision']['at']}"
     async with worker_db.reading() as session:

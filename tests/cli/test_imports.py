@@ -23,14 +23,14 @@ def _loaded_after(code: str) -> set[str]:
 
 
 def test_operator_commands_load_neither_the_web_app_nor_the_socketio_client() -> None:
-    run = "from core.cli import main\nmain(['keys', 'create', '--help'], standalone_mode=False)"
+    run = "from api.cli import main\nmain(['keys', 'create', '--help'], standalone_mode=False)"
     assert _loaded_after(run) == set()
 
 
 def test_caller_commands_load_the_socketio_client_only_to_follow() -> None:
-    run = "from core.cli import main\nmain(['tasks', 'status', '--help'], standalone_mode=False)"
+    run = "from api.cli import main\nmain(['tasks', 'status', '--help'], standalone_mode=False)"
     assert _loaded_after(run) == set()
-    assert "socketio" in _loaded_after("from api.client.live import follow")
+    assert "socketio" in _loaded_after("from vouch_client.live import follow")
 
 
 def test_a_worker_loads_no_model_provider_until_a_model_runs() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from api.client import AsyncClient, Client, StatusRecord
+from vouch_client import AsyncClient, Client, StatusRecord
+
 from tests.support.waiting import until
 
 

@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import yaml
+from vouch_client import Client
 
-from api.client import Client
 from tests.client.conftest import Vouch, plain_task, reviewed_task
 from tests.client.helpers import status_when_sync
 from tests.support.processes import VOUCH
@@ -95,3 +95,39 @@ def test_usage_and_api_errors_have_their_own_exit_codes(vouch: Vouch, tmp_path: 
         env=_env(vouch), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert nowhere.returncode == 6 and nowhere.stderr.startswith("vouch: cannot reach http://127.0.0.1:9")
+
+
+def test_watch_shows_the_whole_action_and_the_cli_approves_it_edited(vouch: Vouch) -> None:
+    body = "First words of the note, " + "long " * 60 + "end"
+    task = {
+        "taskName": "Edited send",
+        "taskDescription": f'Send an email to team@example.com with subject "v2" and body "{body}"',
+        "testMode": "with-verification",
+        "assignedReviewer": vouch.owner.email,
+        "autoDetectCheckpoints": True,
+    }
+    with Client(vouch.base, vouch.owner.key) as client:
+        execution_id = client.create_task(task).executionId
+        watching = _started(vouch, "tasks", "watch", execution_id, "--no-prompt")
+        paused = status_when_sync(client, execution_id, "awaiting_review")
+    checkpoint = paused.checkpoints[0]
+    assert checkpoint.nextAction is not None and checkpoint.nextAction.args["subject"] == "v2"
+
+    unexplained = _vouch(vouch, "checkpoints", "decide", execution_id, checkpoint.checkpointId, "reject")
+    assert unexplained.returncode == 64 and "a rejection needs --comment" in unexplained.stderr  # usage error
+    bad = _vouch(vouch, "checkpoints", "decide", execution_id, checkpoint.checkpointId, "approve", "--set", "cc=x@y.z")
+    assert bad.returncode != 0 and "editedArgs.cc: is not an argument of send_email" in bad.stderr
+    decided = _vouch(
+        vouch, "checkpoints", "decide", execution_id, checkpoint.checkpointId, "approve", "--set", "subject=v2 (final)"
+    )
+    assert decided.returncode == 0, decided.stderr
+    assert decided.stdout.splitlines()[1:] == ["  subject changed to 'v2 (final)'"]
+    out, err = watching.communicate(timeout=60)
+    assert watching.returncode == 0, err
+    # Every argument in full under the checkpoint's line, a multi-line value indented under its name.
+    assert "  next: send_email" in out, out
+    assert f"    to: team@example.com\n    subject: v2\n    body: {body}\n" in out  # in full
+    with Client(vouch.base, vouch.owner.key) as client:
+        record = client.status(execution_id)
+    decision = record.checkpoints[0].decision
+    assert decision is not None and decision.editedArgs == {"subject": "v2 (final)"}

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from api.client import (
+from vouch_client import (
     ApiError,
     BadRequest,
     Client,
@@ -14,6 +13,7 @@ from api.client import (
     ValidationFailed,
     VouchError,
 )
+
 from tests.client.conftest import Vouch, plain_task, reviewed_task
 
 BAD_KEY = "svc_eval_" + "A" * 32

@@ -7,8 +7,8 @@ import socket
 import threading
 
 import pytest
+from vouch_client import AsyncClient, Client, Event, StreamError
 
-from api.client import AsyncClient, Client, Event, StreamError
 from core.settings import Settings
 from tests.client.conftest import OWNER, Vouch, make_accounts, plain_task, reviewed_task
 from tests.client.helpers import status_when

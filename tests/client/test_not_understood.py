@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from api.client import Client
+from vouch_client import Client
+
 from tests.client.conftest import Vouch
 from tests.client.helpers import status_when_sync
 from tests.support.processes import VOUCH

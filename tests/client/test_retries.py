@@ -6,8 +6,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from vouch_client import Client, RateLimited, RetryPolicy, TransportError
 
-from api.client import Client, RateLimited, RetryPolicy, TransportError
 from core.settings import Settings
 from tests.client.conftest import OWNER, Vouch, accounts, plain_task, reviewed_task
 from tests.client.proxy import Proxy

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-
-from api.client import (
+from vouch_client import (
     Client,
     Conflict,
     CreatedTask,
@@ -16,6 +15,7 @@ from api.client import (
     StatusRecord,
     TaskSpec,
 )
+
 from tests.client.conftest import OWNER, Vouch, plain_task, reviewed_task
 from tests.client.helpers import status_when_sync
 
@@ -92,3 +92,11 @@ def test_patch_decide_and_cancel(vouch: Vouch) -> None:
         with pytest.raises(Conflict) as again:
             client.cancel(other.executionId)
         assert again.value.code == "execution_finished"
+
+
+def test_every_create_field_the_server_accepts_can_be_sent(vouch: Vouch) -> None:
+    task = {**plain_task("Chosen model"), "agentModel": "offline", "webhookEvents": ["checkpoint.decided"]}
+    with Client(vouch.base, vouch.owner.key) as client:
+        created = client.create_task(task)
+        shown = client.status(created.executionId)
+    assert shown.agentModel == "offline"

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vouch_client import Client
 
-from api.client import Client
 from tests.client.conftest import Vouch, reviewed_task
 from tests.support.processes import VOUCH
 from tests.support.waiting import until

@@ -120,9 +120,9 @@ def test_profile_prices_give_a_cost_and_no_prices_give_none() -> None:
     assert free.cost_usd(10, 10) == 0.0  # a price the operator gave, not a guess
 
 
-def test_the_readme_s_example_profiles_load(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    example = readme.split("### Model profiles", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+def test_the_documented_example_profiles_load(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text(encoding="utf-8")
+    example = doc.split("## Model profiles", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     path = write(tmp_path / "models.toml", example)
     profiles = load_settings(env_in(tmp_path, VOUCH_MODELS_FILE=str(path))).model_profiles
     assert [p.name for p in profiles] == ["ollama", "vllm", "llamacpp", "lmstudio", "claude"]

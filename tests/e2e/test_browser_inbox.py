@@ -1,7 +1,10 @@
-"""A real browser against a real server with its worker: reject from the review inbox with a comment, the
-offline agent revises and comes back to the same checkpoint, approve the second attempt, the run completes."""
+"""A real browser against a real server with its worker: the review inbox shows the gated call in full, refuses a
+rejection without a comment, and approves the call with an edited subject; the run sends the edited mail."""
+
 
 from __future__ import annotations
+
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
@@ -9,7 +12,7 @@ from playwright.async_api import Browser, Page, expect
 
 from core.accounts import create_user
 from core.db import Database
-from core.models import Checkpoint, Execution
+from core.models import Checkpoint, Execution, MailMessage
 from core.settings import Settings
 from tests.conftest import make_account
 from tests.e2e.test_browser_keys import chromium  # noqa: F401  (the fixture)
@@ -18,12 +21,12 @@ from tests.support.waiting import until
 
 REVIEWER = "inbox-reviewer@example.com"
 PASSWORD = "correct horse battery"
-COMMENT = 'Add "Best regards" — and mind the «tone».'
+EDITED = "Report — final «draft»"
 TASK = {
     "taskName": "Report to the boss",
     "taskDescription": 'Write a note named "draft.md" saying "draft". '
     'Send an email to boss@example.com with subject "Report" and body "See the draft".',
-    "checkpoints": [{"stage": "Before sending", "verificationQuestion": "OK to send the email?"}],
+    "autoDetectCheckpoints": True,
     "assignedReviewer": REVIEWER,
 }
 
@@ -40,7 +43,7 @@ async def checkpoint_state(db: Database, execution_id: str) -> tuple[str, str, i
         return row[0], row[1], row[2], row[3]
 
 
-async def test_reject_in_the_inbox_then_approve_the_revision(
+async def test_the_inbox_refuses_a_bare_rejection_and_approves_an_edited_subject(
     settings: Settings,
     db: Database,
     chromium: Browser,  # noqa: F811
@@ -54,11 +57,11 @@ async def test_reject_in_the_inbox_then_approve_the_revision(
             assert created.status_code == 201, created.text
             execution_id = created.json()["executionId"]
 
-            async def waiting_at(attempt: int) -> str | None:
-                checkpoint_id, status, at, _ = await checkpoint_state(db, execution_id)
-                return checkpoint_id if (status, at) == ("awaiting_review", attempt) else None
+            async def waiting() -> str | None:
+                checkpoint_id, status, _, _ = await checkpoint_state(db, execution_id)
+                return checkpoint_id if status == "awaiting_review" else None
 
-            checkpoint_id = await until(lambda: waiting_at(1))
+            checkpoint_id = await until(waiting)
 
             context = await chromium.new_context(base_url=base)
             page: Page = await context.new_page()
@@ -75,40 +78,41 @@ async def test_reject_in_the_inbox_then_approve_the_revision(
 
             await page.locator("tr.waiting").get_by_role("link", name="Report to the boss").click()
             await expect(page).to_have_url(f"{base}/review/inbox/{checkpoint_id}")
-            await expect(page.get_by_text("OK to send the email?")).to_be_visible()
+            # The call in full, and the offline agent's honest note.
+            await expect(page.locator("section.action")).to_contain_text("send_email")
+            await expect(page.locator("pre.argument")).to_have_text(["boss@example.com", "Report", "See the draft"])
+            await expect(page.locator("p.note")).to_contain_text("This agent cannot read comments")
             # A rejection without a comment is refused on the page, and nothing is decided.
             await page.get_by_role("button", name="Reject").click()
             await expect(page.get_by_role("alert")).to_contain_text("needs a comment")
-            await page.get_by_label("Comment").fill(COMMENT)
-            await page.get_by_role("button", name="Reject").click()
+
+            await page.get_by_text("Edit the arguments before approving").click()
+            await page.get_by_label("subject").fill("two\nlines")
+            await page.get_by_role("button", name="Approve").click()
+            await expect(page.get_by_role("alert")).to_contain_text("subject must be a single line")
+            await page.get_by_label("subject").fill(EDITED)
+            await page.get_by_role("button", name="Approve").click()
             await expect(page).to_have_url(f"{base}/review/inbox?done={checkpoint_id}")
             await expect(page.get_by_text("Your decision is recorded.")).to_be_visible()
 
-            # The agent revises and asks again at the same checkpoint: attempt 2.
-            assert await until(lambda: waiting_at(2)) == checkpoint_id
-            await page.goto("/review/inbox")
-            await page.locator("tr.waiting").get_by_role("link", name="Report to the boss").click()
-            await expect(page.locator(".card").first).to_contain_text("Attempt 2")
-            await expect(page.locator("ol.context")).to_contain_text(
-                f"Revising after the reviewer's comment: {COMMENT}"
-            )
-            await expect(page.locator("ol.attempts")).to_contain_text(f"Attempt 1: reject by {REVIEWER} via web")
-            await page.get_by_role("button", name="Approve").click()
-            await expect(page).to_have_url(f"{base}/review/inbox?done={checkpoint_id}")
-
-            async def completed() -> dict[str, object] | None:
+            async def completed() -> dict[str, Any] | None:
                 record = (await api.get(f"/api/eval/status/{execution_id}")).json()
                 return record if record["status"] in ("completed", "failed", "rejected") else None
 
             record = await until(completed)
-            assert record["status"] == "completed"
-            (cp,) = record["checkpoints"]  # type: ignore[misc]
-            assert [(a["attempt"], a["decision"], a["via"]) for a in cp["attempts"]] == [
-                (1, "reject", "web"),
-                (2, "approve", "web"),
-            ]
-            assert cp["attempts"][0]["comment"] == COMMENT
+            assert record["status"] == "completed", record
+            (cp,) = record["checkpoints"]
+            assert [(a["attempt"], a["decision"], a["via"]) for a in cp["attempts"]] == [(1, "approve", "web")]
+            assert cp["attempts"][0]["editedArgs"] == {"subject": EDITED}
+            assert cp["attempts"][0]["originalArgs"]["subject"] == "Report"
             assert cp["attempts"][0]["remoteAddr"] == "127.0.0.1"
-            # The reject-without-comment answer (422) is the only non-2xx the page may log.
+            async with db.reading() as session:
+                subject = await session.scalar(
+                    sa.select(MailMessage.subject).where(
+                        MailMessage.execution_id == execution_id, MailMessage.message_key.like("tool:%")
+                    )
+                )
+            assert subject == EDITED
+            # The two refused forms' answers (422) are the only non-2xx the page may log.
             assert [p for p in problems if "422" not in p] == []
             await context.close()

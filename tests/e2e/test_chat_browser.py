@@ -21,7 +21,7 @@ from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_pl
 from agents.worker import Worker
 from chat.fanout import WorkerEmitter
 from core.db import Database
-from core.models import Decision, Execution
+from core.models import Decision, Execution, MailMessage
 from core.redis_bus import RedisBus
 from core.settings import Settings
 from tests.chat.helpers import REDIS_URL, REVIEWER, sign_in
@@ -181,7 +181,7 @@ async def test_approving_from_the_card_lets_the_run_continue(
     guards = await card.locator(".cp-guards").inner_text()
     assert re.fullmatch(r"(?i:guards)\s+step 2, send_email: send an email to ops@example\.com .*", guards), guards
     assert await page.text_content("#status-text") == f"Waiting for review by {REVIEWER}"
-    await form.locator("textarea").fill("Ship it")
+    await form.locator("textarea[name=comment]").fill("Ship it")
     await form.locator("button[value=approve]").click()
     await page.wait_for_selector(".checkpoint.state-approved")
     await form.wait_for(state="hidden")
@@ -222,14 +222,65 @@ async def test_reloading_mid_run_shows_the_whole_history_once(
     # The outcome first, then its metrics (the server's numbers, asked for once the run ended).
     await page.wait_for_selector(".outcome-card.status-completed [data-part=metrics]:not([hidden])")
     done = await page.evaluate(SNAPSHOT)
-    # The same items as before (the second card now decided), then the rest of the run: nothing twice.
-    assert [row[:2] for row in done[: len(before)]] == [row[:2] for row in before]
+    # The same items as before (the second card now decided, the call it held back now done), then the rest of
+    # the run: nothing twice.
+    def kinds(rows: list[list[str]]) -> list[tuple[str, str]]:
+        return [(row[0], row[1].replace(" done", "")) for row in rows]
+
+    assert kinds(done[: len(before)]) == kinds(before)
     assert_each_seq_once_in_order(done)
     await page.reload()
     await page.wait_for_selector("#chat[data-joined=true]", state="attached")
     assert await page.evaluate(SNAPSHOT) == done
     assert [cls for _, cls, _ in done].count("item card-item") == 2
     assert [cls for _, cls, _ in done].count("item reply approve") == 2
+    assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_approving_from_the_card_with_an_edited_subject(
+    browser: Browser, embedded: str, db: Database, web_settings: Settings
+) -> None:
+    account = await make_account(db, web_settings, "owner@example.com")
+    created = await create_task(
+        embedded,
+        account.key,
+        taskDescription='Send an email to ops@example.com with subject "Weekly" and body "All green"',
+        testMode="with-verification",
+        assignedReviewer=REVIEWER,
+        autoDetectCheckpoints=True,
+    )
+    page = await open_chat(await reviewer_context(browser, db, web_settings, embedded), created["chatUrl"])
+    form = page.locator("form.cp-form")
+    await form.wait_for(state="visible")
+    card = page.locator(".checkpoint")
+    # Every argument of the gated call, in full, and the offline agent's honest note.
+    assert await card.locator(".cp-args pre").all_inner_texts() == ["ops@example.com", "Weekly", "All green"]
+    assert "This agent cannot read comments: a rejection ends the run; edit the action to change it." in (
+        await card.inner_text()
+    )
+    await form.locator("summary", has_text="Edit the arguments").click()
+    subject = form.locator("textarea[data-arg=subject]")
+    assert await subject.input_value() == "Weekly"
+    await subject.fill("Weekly\nBcc: eve@example.com")
+    await form.locator("button[value=approve]").click()
+    await page.wait_for_selector(".cp-arg-error:visible:has-text('subject must be a single line')")
+    await subject.fill("Weekly (final)")
+    await form.locator("button[value=approve]").click()
+    await page.wait_for_selector(".checkpoint.state-approved")
+    await page.wait_for_selector(".outcome-card.status-completed")
+    async with db.reading() as session:
+        decision = await session.scalar(sa.select(Decision).where(Decision.execution_id == created["executionId"]))
+        subjects = list(
+            await session.scalars(
+                sa.select(MailMessage.subject).where(
+                    MailMessage.execution_id == created["executionId"], MailMessage.message_key.like("tool:%")
+                )
+            )
+        )
+    assert decision is not None
+    assert (decision.via, decision.edited_args) == ("chat", {"subject": "Weekly (final)"})
+    assert subjects == ["Weekly (final)"]
+    # The refused edit's answer is an answer, not an error: the page logged nothing.
     assert page.errors == []  # type: ignore[attr-defined]
 
 
@@ -254,6 +305,10 @@ async def test_a_link_holder_sees_the_card_but_no_buttons_and_the_decision_withi
     assert await onlooker.locator("#you-decide").count() == 0
 
     reviewer = await open_chat(await reviewer_context(browser, db, web_settings, embedded), created["chatUrl"])
+    # A rejection needs a comment, on the card as everywhere: refused on the page, nothing sent.
+    await reviewer.locator("form.cp-form button[value=reject]").click()
+    await reviewer.wait_for_selector(".cp-error:has-text('a rejection needs a comment')")
+    await reviewer.locator("form.cp-form textarea[name=comment]").fill("Not to ops")
     await reviewer.locator("form.cp-form button[value=reject]").click()
     await reviewer.wait_for_selector(".checkpoint.state-rejected")
     await onlooker.wait_for_selector(".checkpoint.state-rejected", timeout=1000)

@@ -132,6 +132,8 @@ async def test_approve(db: Database, settings: Settings) -> None:
         "at": isoformat(record.at),
         "comment": "looks fine",
         "attempt": 1,
+        "originalArgs": None,
+        "editedArgs": None,
     }
     assert after["checkpoints"][1].id == second
 
@@ -168,7 +170,7 @@ async def test_second_answer_is_refused_naming_the_first(db: Database, settings:
     before = await state(db, exe)
     with pytest.raises(AlreadyDecided) as refused:
         async with db.transaction() as session:
-            await decide(session, first, "reject", by="bob@example.com", via="web")
+            await decide(session, first, "reject", by="bob@example.com", via="web", comment="no")
     message = str(refused.value)
     assert "already approved" in message
     assert REVIEWER in message
@@ -185,10 +187,10 @@ async def test_second_answer_is_refused_naming_the_first(db: Database, settings:
 async def test_refusal_after_a_rejection_says_rejected(db: Database, settings: Settings) -> None:
     _exe, (first, _) = await paused_execution(db, settings)
     async with db.transaction() as session:
-        await decide(session, first, "reject", by=REVIEWER, via="api")
+        await decide(session, first, "reject", by=REVIEWER, via="api", comment="no")
     with pytest.raises(AlreadyDecided, match=r"already rejected by reviewer@example\.com via api at "):
         async with db.transaction() as session:
-            await decide(session, first, "reject", by=REVIEWER, via="api")
+            await decide(session, first, "reject", by=REVIEWER, via="api", comment="no")
 
 
 async def test_pending_checkpoint_is_not_awaiting_review(db: Database, settings: Settings) -> None:
@@ -237,7 +239,7 @@ async def test_auto_passes_a_pending_checkpoint_without_touching_the_execution(
     # A human cannot answer it afterwards.
     with pytest.raises(AlreadyDecided, match="via auto"):
         async with db.transaction() as session:
-            await decide(session, first, "reject", by=REVIEWER, via="web")
+            await decide(session, first, "reject", by=REVIEWER, via="web", comment="no")
 
 
 async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Settings) -> None:
@@ -251,6 +253,7 @@ async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Setti
                 "approve" if n % 2 else "reject",
                 by=REVIEWER,
                 via=("email", "web", "chat", "api")[n % 4],
+                comment=f"answer {n}",
             )
 
     outcomes = await asyncio.gather(*(answer(n) for n in range(10)), return_exceptions=True)
@@ -268,8 +271,8 @@ async def test_concurrent_answers_exactly_one_wins(db: Database, settings: Setti
     (row,) = after["decisions"]
     assert (row.decided_by, row.decision) == (winner.by, winner.decision)
     assert [t for _, t, _ in after["events"]].count("checkpoint.decided") == 1
-    # A rejection (maxRevisions 3 by default) sends the checkpoint back to pending for a revised attempt 2.
-    expected = ("approved", "running") if winner.decision == "approve" else ("pending", "running")
+    # The offline agent cannot revise from a comment: its rejection ends the run (issue 20).
+    expected = ("approved", "running") if winner.decision == "approve" else ("rejected", "rejected")
     assert (after["checkpoints"][0].status, after["execution"].status) == expected
     assert [seq for seq, _, _ in after["events"]] == list(range(1, len(after["events"]) + 1))
 

@@ -12,7 +12,7 @@ from quart import Quart
 
 from api.app import create_app
 from core.db import Database
-from core.models import Checkpoint, Decision, Execution
+from core.models import Checkpoint, Decision, Execution, MailMessage
 from core.settings import Settings
 from review.timers import process_due_timers
 from tests.agents.test_runner import BEFORE_SENDING, NOTE_THEN_MAIL, claim_and_run, new_execution
@@ -109,7 +109,8 @@ async def test_decide_from_the_inbox(app: Quart, settings: Settings) -> None:
         ADDR,
         1,
     )
-    assert (checkpoint.status, checkpoint.attempt) == ("pending", 2)
+    # The offline agent cannot revise from the comment: its rejection ends the run (issue 20).
+    assert (checkpoint.status, checkpoint.attempt) == ("rejected", 1)
 
     # The same form again (attempt 1) is refused, naming the winner; the history shows the decision.
     again = await rita.submit(path, path, {"decision": "approve", "attempt": "1"})
@@ -139,3 +140,49 @@ async def test_backup_reviewer_sees_and_decides_only_after_escalation(app: Quart
     async with database(app).reading() as session:
         (row,) = await session.scalars(sa.select(Decision))
     assert (row.decided_by, row.via) == ("bob@example.com", "web")
+
+
+OFFLINE_MAIL = 'Send an email to bob@example.com with subject "Draft" saying "Line one. Line two."'
+
+
+async def test_the_inbox_shows_the_action_and_approves_it_edited(app: Quart, settings: Settings) -> None:
+    db = database(app)
+    exe = await new_execution(db, settings, OFFLINE_MAIL, test_mode="with-verification", autoDetectCheckpoints=True)
+    async with db.transaction() as session:
+        await session.execute(
+            sa.update(Execution).where(Execution.id == exe).values(assigned_reviewer="rita@example.com")
+        )
+    await claim_and_run(db, settings)
+    async with db.reading() as session:
+        checkpoint_id = await session.scalar(sa.select(Checkpoint.id).where(Checkpoint.execution_id == exe))
+    rita = await browser(app, settings, "rita@example.com")
+    path = f"/review/inbox/{checkpoint_id}"
+    page = await rita.get(path)
+    assert "<code>send_email</code>" in page.text
+    assert '<pre class="argument">Line one. Line two.</pre>' in page.text
+    assert 'name="arg:subject"' in page.text and 'name="arg:to"' in page.text
+    assert "This agent cannot read comments: a rejection ends the run; edit the action to change it." in page.text
+
+    # The browser sends every field, line breaks as CRLF: only what changed is an edit.
+    fields = {"arg:to": "bob@example.com", "arg:body": "Line one. Line two.", "attempt": "1", "decision": "approve"}
+    bad = await rita.submit(path, path, {**fields, "arg:subject": "two\r\nlines"})
+    assert bad.status == 422
+    assert "Not recorded: subject must be a single line" in bad.text
+    assert 'aria-invalid="true"' in bad.text and "two\r\nlines" not in bad.text  # kept as typed (LF)
+    async with db.reading() as session:
+        assert list(await session.scalars(sa.select(Decision))) == []
+
+    done = await rita.submit(path, path, {**fields, "arg:subject": "Final <draft>"})
+    assert done.status == 303
+    async with db.reading() as session:
+        (row,) = await session.scalars(sa.select(Decision))
+    assert (row.via, row.edited_args) == ("web", {"subject": "Final <draft>"})
+    assert row.original_args == {"to": "bob@example.com", "subject": "Draft", "body": "Line one. Line two."}
+    await claim_and_run(db, settings, "worker-2")
+    async with db.reading() as session:
+        subject = await session.scalar(
+            sa.select(MailMessage.subject).where(
+                MailMessage.execution_id == exe, MailMessage.message_key.like("tool:%")
+            )
+        )
+    assert subject == "Final <draft>"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from pydantic import ValidationError
 
 from agents.claims import claim_next
@@ -11,7 +12,7 @@ from api.status import status_record
 from core.db import Database
 from core.models import Execution
 from core.settings import Settings
-from review import AlreadyDecided, decide
+from review import AlreadyDecided, InvalidInput, decide
 from tests.agents.test_runner import (
     BEFORE_SENDING,
     NOTE_THEN_MAIL,
@@ -24,7 +25,9 @@ from tests.agents.test_runner import (
 COMMENT = "Use the formal tone — «Sehr geehrte» — and\nsign with the team's name."
 
 
-async def start(db: Database, settings: Settings, max_revisions: int) -> tuple[str, str]:
+async def start(
+    db: Database, settings: Settings, max_revisions: int, *, reads_comments: bool = True
+) -> tuple[str, str]:
     exe = await new_execution(
         db,
         settings,
@@ -33,6 +36,12 @@ async def start(db: Database, settings: Settings, max_revisions: int) -> tuple[s
         test_mode="with-verification",
         maxRevisions=max_revisions,
     )
+    if reads_comments:
+        # The revision loop is review.decide's, for agents that read comments. The offline agent, made with
+        # reads_comments false (its rejection ends the run: test below), stands in for one here: it keeps
+        # handing a rejection's comment on when told to revise, and needs no model.
+        async with db.transaction() as session:
+            await session.execute(sa.update(Execution).where(Execution.id == exe).values(reads_comments=True))
     await claim_and_run(db, settings)
     snap = await snapshot(db, exe)
     return exe, snap.checkpoints[0].id
@@ -65,7 +74,10 @@ async def test_reject_sends_the_comment_back_and_the_agent_asks_again(db: Databa
     assert [a["attempt"] for a in asks] == [1, 2]
     assert asks[1]["nextAction"] == asks[0]["nextAction"]  # the same checkpoint, before the same step
     # The step done before the checkpoint is not repeated: its side effect happened once.
-    assert [(c.tool, c.step_index) for c in snap.calls] == [("write_file", 0)]
+    assert [(c.tool, c.step_index, c.status) for c in snap.calls] == [
+        ("write_file", 0, "succeeded"),
+        ("send_email", 1, "proposed"),  # held back by the checkpoint, once, across both attempts
+    ]
 
     # A stale answer to attempt 1 is refused, naming its winner; attempt 2 is answered normally.
     with pytest.raises(AlreadyDecided, match=r"already rejected by reviewer@example\.com via web at .*Z$"):
@@ -111,7 +123,36 @@ async def test_the_rejection_after_max_revisions_ends_the_run(
     assert snap.payloads("execution.rejected")[0]["attempt"] == max_revisions + 1
     assert len(snap.payloads("checkpoint.revision_requested")) == max_revisions
     assert await claim_next(db, "worker-x", 30) is None
-    assert [c.tool for c in snap.calls] == ["write_file"]  # the e-mail was never sent
+    assert snap.mails == [] and [c.status for c in snap.calls if c.tool == "send_email"] == ["proposed"]
+
+
+async def test_a_rule_based_agent_s_rejection_ends_the_run_with_the_comment(db: Database, settings: Settings) -> None:
+    # maxRevisions 3, but the offline agent cannot read the comment: revising would only ask the same again.
+    exe, checkpoint_id = await start(db, settings, max_revisions=3, reads_comments=False)
+    async with db.transaction() as session:
+        record = await decide(session, checkpoint_id, "reject", by=REVIEWER, via="chat", comment=COMMENT)
+    assert record.attempt == 1
+    snap = await snapshot(db, exe)
+    assert snap.execution.status == "rejected"
+    assert (snap.checkpoints[0].status, snap.checkpoints[0].attempt) == ("rejected", 1)
+    assert snap.payloads("checkpoint.revision_requested") == []
+    (ended,) = snap.payloads("execution.rejected")
+    assert (ended["comment"], ended["by"], ended["attempt"]) == (COMMENT, REVIEWER, 1)
+    assert await claim_next(db, "worker-x", 30) is None
+    assert snap.mails == [] and [c.status for c in snap.calls if c.tool == "send_email"] == ["proposed"]
+
+
+async def test_every_person_s_rejection_needs_a_comment(db: Database, settings: Settings) -> None:
+    _, checkpoint_id = await start(db, settings, max_revisions=3)
+    for via in ("email", "web", "chat", "api"):
+        with pytest.raises(InvalidInput, match="comment is required to reject") as refused:
+            async with db.transaction() as session:
+                await decide(session, checkpoint_id, "reject", by=REVIEWER, via=via, comment="  \n ")
+        assert refused.value.pointer == "/comment"
+    # A deadline's rejection has nobody to write one: it needs none.
+    async with db.transaction() as session:
+        timed_out = await decide(session, checkpoint_id, "reject", by="vouch", via="timeout")
+    assert timed_out.comment == ""
 
 
 def test_review_fields_are_validated() -> None:

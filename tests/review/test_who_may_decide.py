@@ -22,14 +22,14 @@ import aiosmtplib
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from vouch_client.cli import checkpoints as checkpoints_cli
 
-from api.client.cli import checkpoints as checkpoints_cli
-from api.websession import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from core.accounts import user_by_email
 from core.ids import new_id
 from core.links import chat_view_token
 from core.models import Checkpoint, Decision, Execution, MailMessage, ReviewLink, ReviewTimer, WebSession, utcnow
 from core.settings import Settings
+from core.web.sessions import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from review.inbound import InboundListener
 from review.notify import checkpoint_awaiting, reply_address
 from review.timers import process_due_timers

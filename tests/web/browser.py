@@ -16,10 +16,10 @@ from urllib.parse import urlencode
 import sqlalchemy as sa
 from quart import Quart
 
-from api.websession import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from core.accounts import create_user
 from core.db import Database
 from core.models import WebSession, utcnow
+from core.web.sessions import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 
 _CSRF = re.compile(r'name="csrf_token" value="([^"]*)"')
 

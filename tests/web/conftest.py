@@ -9,7 +9,7 @@ import pytest
 from quart import Quart
 
 from api.app import create_app
-from api.services import Services
+from api.app_services import AppServices
 from core.db import Database
 from core.settings import Settings
 from tests.web.browser import Browser, signed_in_browser
@@ -21,8 +21,8 @@ class Site:
     settings: Settings
 
     @property
-    def services(self) -> Services:
-        found: Services = self.app.extensions["vouch"]
+    def services(self) -> AppServices:
+        found: AppServices = self.app.extensions["vouch"]
         return found
 
     @property

@@ -10,7 +10,9 @@ import pytest
 import sqlalchemy as sa
 
 from api.signin import ADDRESS_LIMIT, BAD_CREDENTIALS, EMAIL_LIMIT, WINDOW
-from api.websession import (
+from core.accounts import create_user
+from core.models import SigninFailure, WebSession, utcnow
+from core.web.sessions import (
     ABSOLUTE_LIFETIME,
     IDLE_LIFETIME,
     PRESESSION_COOKIE,
@@ -18,8 +20,6 @@ from api.websession import (
     safe_next,
     token_digest,
 )
-from core.accounts import create_user
-from core.models import SigninFailure, WebSession, utcnow
 from tests.web.browser import Browser, Page, session_count
 from tests.web.conftest import Site
 

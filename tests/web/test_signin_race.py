@@ -16,11 +16,11 @@ import httpx
 import sqlalchemy as sa
 
 from api.signin import ADDRESS_LIMIT, EMAIL_LIMIT
-from api.websession import PRESESSION_COOKIE, SESSION_COOKIE
 from core.accounts import create_user
 from core.db import Database
 from core.models import SigninFailure, WebSession
 from core.settings import Settings
+from core.web.sessions import PRESESSION_COOKIE, SESSION_COOKIE
 from tests.support.live import live_server
 from tests.support.waiting import until
 

@@ -13,10 +13,10 @@ import sqlalchemy as sa
 
 from api.app import create_app
 from api.signin import BAD_CREDENTIALS
-from api.websession import SESSION_COOKIE
 from core.accounts import create_user
 from core.models import MailMessage, SignupRequest, User, utcnow
 from core.settings import Settings, load_settings
+from core.web.sessions import SESSION_COOKIE
 from tests.web.browser import Browser, Page
 from tests.web.conftest import Site
 

@@ -51,7 +51,7 @@ async def test_rotation_needs_the_confirmation_and_the_token(site: Site) -> None
 
 
 async def test_signed_out_visitors_are_sent_to_sign_in(site: Site) -> None:
-    # 303 See Other (api/websession.py's login_required), back to the very page asked for after sign-in.
+    # 303 See Other (core/web/sessions.py's login_required), back to the very page asked for after sign-in.
     page = await site.browser().get("/webhooks")
     assert (page.status, page.location) == (303, "/signin?next=%2Fwebhooks")
     deeper = await site.browser().get("/webhooks/rotate")

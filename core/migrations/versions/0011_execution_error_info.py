@@ -5,7 +5,7 @@ its stable code (core/errors.py), which the status record and the completion web
 failed rows keep a null `error_info` and are served as `{"code": "unclassified", "detail": error}`.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0009
 Create Date: 2026-11-25 10:00:00
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0008"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 

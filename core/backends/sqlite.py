@@ -1,0 +1,99 @@
+"""SQLite: one writer at a time. A write session begins with BEGIN IMMEDIATE (core/sqlite.py) and holds the
+database's write lock until it commits, so claims need no row locks and counts no key locks; statements run
+in-process, so writing an event by a statement of its own costs microseconds, not a round trip."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.backends.base import Backend, Companion, SelectT, Shape, companion_insert, event_rows
+from core.direct import DirectCursor, DirectStatement, run_direct
+from core.models import EVENTS, EXECUTIONS, utcnow
+from core.sql import one_of
+
+_INSERT_EVENTS = DirectStatement(sa.insert(EVENTS))
+
+
+@functools.cache
+def _slot_free(statuses: tuple[str, ...]) -> sa.ColumnElement[bool]:
+    active = (EXECUTIONS.c.api_key_id == sa.bindparam("key_id"), one_of(EXECUTIONS.c.status, statuses))
+    limit = sa.bindparam("slot_limit", type_=sa.Integer())
+    return sa.select(sa.func.count()).select_from(EXECUTIONS).where(*active).scalar_subquery() < limit
+
+
+@functools.cache
+def _companion_statement(shape: Shape) -> DirectStatement:
+    return DirectStatement(companion_insert(sqlite.insert(shape[0]), shape, None))
+
+
+class SqliteBackend(Backend):
+    name = "sqlite"
+
+    def insert(self, table: Any) -> sqlite.Insert:
+        return sqlite.insert(table)
+
+    def skip_locked(self, query: SelectT) -> SelectT:
+        return query  # the claim's transaction holds the database's write lock: no other claim runs meanwhile
+
+    async def begin_writing(self, session: AsyncSession) -> None:
+        await session.connection()  # begins: BEGIN IMMEDIATE, after the in-process writers' queue
+
+    async def commit_alone(self, session: AsyncSession) -> bool:
+        return False  # BEGIN and COMMIT are calls into the library here, not round trips: nothing to save
+
+    def slot_count_serialised(self, session: AsyncSession) -> bool:
+        # Only a write session holds the lock from its first statement: a deferred (read) transaction would let
+        # two creates count at once.
+        return bool(session.get_bind().get_execution_options().get("vouch_write", False))
+
+    async def take_turns(self, session: AsyncSession, locks: Sequence[tuple[int, int]]) -> None:
+        return  # the write transaction already holds the database's write lock
+
+    def slot_free(self, statuses: tuple[str, ...]) -> sa.ColumnElement[bool]:
+        return _slot_free(statuses)
+
+    def claim_statement(self, claiming: DirectStatement) -> DirectStatement:
+        return claiming  # its event follows (`write_taken_events`)
+
+    def create_statement(self, insert: sa.Insert) -> DirectStatement:
+        return DirectStatement(insert)  # its event follows (`write_taken_events`)
+
+    async def write_taken_events(self, session: AsyncSession, rows: list[dict[str, Any]]) -> None:
+        # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
+        await run_direct(session, lambda cursor: cursor.executemany(_INSERT_EVENTS, rows))
+
+    def companion_statement(self, shape: Shape) -> DirectStatement:
+        return _companion_statement(shape)
+
+    async def append_events(
+        self,
+        session: AsyncSession,
+        execution_id: str,
+        items: Sequence[tuple[str, dict[str, Any]]],
+        allocation: DirectStatement,
+        bound: dict[str, Any],
+        companions: Sequence[Companion],
+    ) -> list[dict[str, Any]] | None:
+        now = utcnow()
+
+        def write(cursor: DirectCursor) -> list[dict[str, Any]] | None:
+            allocated = cursor.execute(allocation, bound)
+            if not allocated:
+                return None
+            for companion in companions:
+                cursor.execute(_companion_statement(companion.shape), companion.row)
+            rows = event_rows(execution_id, allocated[0][0] - len(items) + 1, items, now)
+            cursor.executemany(_INSERT_EVENTS, rows)
+            return rows
+
+        # One call to the driver for the allocation, the companions and the events.
+        return await run_direct(session, write)
+
+
+SQLITE = SqliteBackend()

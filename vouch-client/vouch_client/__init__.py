@@ -1,0 +1,84 @@
+"""The Python client of the Vouch API: sync `Client`, asyncio `AsyncClient`, typed models, errors, webhooks.
+
+    from vouch_client import Client
+
+    with Client("http://127.0.0.1:8000", "svc_eval_…") as vouch:
+        created = vouch.create_task({"taskName": "…", "taskDescription": "…", "testMode": "without-verification"})
+        final = vouch.wait(created.executionId, timeout=600)
+        print(final.status, final.metrics.steps)
+
+It imports nothing of the server (no Quart, no database): `pip install ./vouch-client` installs it alone.
+"""
+
+from vouch_client.aio import AsyncClient
+from vouch_client.calls import RetryPolicy
+from vouch_client.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    ServerError,
+    StreamError,
+    TransportError,
+    Unauthorized,
+    ValidationFailed,
+    VouchError,
+    WaitTimeout,
+)
+from vouch_client.models import (
+    FINAL_STATUSES,
+    CheckpointSpec,
+    CheckpointState,
+    CreatedTask,
+    Decision,
+    DecisionAnswer,
+    Event,
+    ExecutionPage,
+    ExecutionPatch,
+    ExecutionSummary,
+    FieldError,
+    Metrics,
+    Problem,
+    StatusRecord,
+    TaskSpec,
+)
+from vouch_client.sync import Client
+from vouch_client.webhooks import WebhookVerificationError, verify_webhook
+
+__all__ = [
+    "FINAL_STATUSES",
+    "ApiError",
+    "AsyncClient",
+    "BadRequest",
+    "CheckpointSpec",
+    "CheckpointState",
+    "Client",
+    "Conflict",
+    "CreatedTask",
+    "Decision",
+    "DecisionAnswer",
+    "Event",
+    "ExecutionPage",
+    "ExecutionPatch",
+    "ExecutionSummary",
+    "FieldError",
+    "Metrics",
+    "NotFound",
+    "PermissionDenied",
+    "Problem",
+    "RateLimited",
+    "RetryPolicy",
+    "ServerError",
+    "StatusRecord",
+    "StreamError",
+    "TaskSpec",
+    "TransportError",
+    "Unauthorized",
+    "ValidationFailed",
+    "VouchError",
+    "WaitTimeout",
+    "WebhookVerificationError",
+    "verify_webhook",
+]

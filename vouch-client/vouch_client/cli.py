@@ -1,0 +1,301 @@
+"""The caller's commands: `vouch tasks …` and `vouch checkpoints …`, over the API with an API key.
+
+The server's `vouch` command registers these two groups; with only this package installed the same commands are
+`vouch-client tasks …` and `vouch-client checkpoints …` (`main` below).
+
+Configured by VOUCH_URL and VOUCH_API_KEY (or --url / --api-key). Exit codes, so CI jobs can gate on them:
+
+    0  completed (or, for commands that do not wait, success)
+    1  failed            2  rejected            3  cancelled
+    4  timed out waiting (--timeout)
+    5  the API refused the request (its problem detail is printed)
+    6  the server could not be reached
+    64 usage error: bad flags, a task file that is not valid, no URL or key
+
+Errors are one line on stderr: `vouch: <code>: <detail>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+import yaml
+from pydantic import ValidationError
+
+from vouch_client.aio import AsyncClient
+from vouch_client.errors import ApiError, StreamError, TransportError, VouchError, WaitTimeout
+from vouch_client.models import StatusRecord, TaskSpec
+from vouch_client.watching import watch
+
+T = TypeVar("T")
+
+EXIT_CODES = {"completed": 0, "failed": 1, "rejected": 2, "cancelled": 3}
+EXIT_TIMEOUT, EXIT_API, EXIT_UNREACHABLE, EXIT_USAGE = 4, 5, 6, 64
+
+
+class _Failure(click.ClickException):
+    """One line on stderr and the exit code of its kind."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"vouch: {self.format_message()}", err=True)
+
+
+class TimedOut(_Failure):
+    exit_code = EXIT_TIMEOUT
+
+
+class Refused(_Failure):
+    exit_code = EXIT_API
+
+
+class Unreachable(_Failure):
+    exit_code = EXIT_UNREACHABLE
+
+
+class BadUsage(_Failure):
+    exit_code = EXIT_USAGE
+
+
+class _Usage(click.UsageError):
+    exit_code = EXIT_USAGE
+
+
+class CallerGroup(click.Group):
+    """A group whose usage errors exit 64, apart from the run outcomes 1-4 (click's own default is 2)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            if isinstance(exc, _Usage):
+                raise
+            raise _Usage(exc.format_message(), exc.ctx) from None
+
+
+def _client(ctx: click.Context) -> AsyncClient:
+    url, key = ctx.obj["url"], ctx.obj["api_key"]
+    try:
+        return AsyncClient(url, key)
+    except VouchError as exc:
+        raise BadUsage(f"{exc} (or use --url / --api-key)") from None
+
+
+def _run(ctx: click.Context, work: Callable[[AsyncClient], Awaitable[T]]) -> T:
+    """Run `work` with a client; API and transport errors become one line and their exit code."""
+
+    async def main() -> T:
+        async with _client(ctx) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except ApiError as exc:
+        raise Refused(f"{exc.code}: {exc.detail}") from None
+    except (TransportError, StreamError) as exc:
+        raise Unreachable(f"cannot reach {ctx.obj['url']}: {exc}") from None
+    except WaitTimeout as exc:
+        raise TimedOut(str(exc)) from None
+
+
+def _outcome(status: StatusRecord) -> NoReturn:
+    click.get_current_context().exit(EXIT_CODES.get(status.status, 0))
+
+
+def _connection_options(group: click.Group) -> click.Group:
+    group = click.option("--api-key", envvar="VOUCH_API_KEY", help="API key (default: $VOUCH_API_KEY).")(group)
+    return click.option("--url", envvar="VOUCH_URL", help="Vouch's address (default: $VOUCH_URL).")(group)
+
+
+@_connection_options
+@click.group(cls=CallerGroup)
+@click.pass_context
+def tasks(ctx: click.Context, url: str | None, api_key: str | None) -> None:
+    """Create, follow and manage your evaluation tasks over the API."""
+    ctx.obj = {"url": url, "api_key": api_key}
+
+
+@_connection_options
+@click.group(cls=CallerGroup)
+@click.pass_context
+def checkpoints(ctx: click.Context, url: str | None, api_key: str | None) -> None:
+    """Answer checkpoints (the key's user must be the assigned reviewer; eval:manage)."""
+    ctx.obj = {"url": url, "api_key": api_key}
+
+
+@click.group(cls=CallerGroup)
+def main() -> None:
+    """Vouch's caller commands: create, follow and answer evaluation tasks over the API."""
+
+
+main.add_command(tasks)
+main.add_command(checkpoints)
+
+
+def _read_task(path: str) -> TaskSpec:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadUsage(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        # YAML is a superset of JSON, so one parser reads both kinds of file.
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BadUsage(f"{path} is neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise BadUsage(f"{path} must hold one task object (taskName, taskDescription, …)")
+    try:
+        return TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "task"
+        raise BadUsage(f"{path}: {where}: {first['msg']}") from None
+
+
+def _watch_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option(
+        "--no-prompt", is_flag=True, help="Never ask to approve or reject, even on a terminal."
+    )(command)
+    return click.option(
+        "--timeout", type=click.FloatRange(min=0), help="Give up waiting after this many seconds (exit code 4)."
+    )(command)
+
+
+@tasks.command("create")
+@click.option("--file", "path", required=True, help="The task as JSON or YAML (spec §2.1 fields); - for stdin.")
+@click.option("--watch", "follow", is_flag=True, help="Then follow the run live until it ends; exit by its outcome.")
+@click.option("--idempotency-key", help="Send this Idempotency-Key (default: a new one per command).")
+@_watch_options
+@click.pass_context
+def tasks_create(
+    ctx: click.Context, path: str, follow: bool, idempotency_key: str | None, timeout: float | None, no_prompt: bool
+) -> None:
+    """Create a task; prints its execution id (and follows it with --watch)."""
+    task = _read_task(path)
+
+    async def work(client: AsyncClient) -> StatusRecord | None:
+        created = await client.create_task(task, idempotency_key=idempotency_key)
+        if not follow:
+            click.echo(created.executionId)
+            return None
+        click.echo(f"created {created.executionId}", err=True)
+        return await watch(client, created.executionId, timeout=timeout, prompt=not no_prompt)
+
+    final = _run(ctx, work)
+    if final is not None:
+        _outcome(final)
+
+
+@tasks.command("watch")
+@click.argument("execution_id")
+@_watch_options
+@click.pass_context
+def tasks_watch(ctx: click.Context, execution_id: str, timeout: float | None, no_prompt: bool) -> None:
+    """Follow a run live: the conversation, a progress line, and checkpoint prompts you can answer in place."""
+    _outcome(_run(ctx, lambda client: watch(client, execution_id, timeout=timeout, prompt=not no_prompt)))
+
+
+@tasks.command("wait")
+@click.argument("execution_id")
+@click.option("--timeout", type=click.FloatRange(min=0), help="Give up after this many seconds (exit code 4).")
+@click.pass_context
+def tasks_wait(ctx: click.Context, execution_id: str, timeout: float | None) -> None:
+    """Wait quietly until a run ends; prints its final status and exits by its outcome."""
+    final = _run(ctx, lambda client: client.wait(execution_id, timeout))
+    click.echo(final.status)
+    _outcome(final)
+
+
+def _status_lines(status: StatusRecord) -> list[str]:
+    lines = [
+        f"{status.executionId}  {status.status}  {status.taskName}",
+        f"  created {status.createdAt.isoformat()}"
+        + (f", finished {status.completedAt.isoformat()}" if status.completedAt else ""),
+        f"  {status.metrics.steps} steps, {status.metrics.toolCalls} tool calls, "
+        f"{(status.metrics.durationMs or 0) / 1000:.1f} s",
+    ]
+    for cp in status.checkpoints:
+        decided = f" — {cp.decision.decision} by {cp.decision.by} via {cp.decision.via}" if cp.decision else ""
+        lines.append(f"  checkpoint {cp.checkpointId} {cp.stage}: {cp.status}{decided}")
+    if status.agent is not None:
+        lines.insert(1, f"  agent: {status.agent.model} ({status.agent.kind})")
+    if status.error:
+        lines.append(f"  error: {status.error}")
+        lines.extend(f"    not understood: {instruction}" for instruction in status.error.instructions)
+    if status.result and status.result.get("summary"):
+        lines.append(f"  result: {status.result['summary']}")
+    return lines
+
+
+@tasks.command("status")
+@click.argument("execution_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the status record as JSON, as the API answers it.")
+@click.pass_context
+def tasks_status(ctx: click.Context, execution_id: str, as_json: bool) -> None:
+    """Show where a run stands (exit 0 whatever its state: use `wait` or `watch` to gate on the outcome)."""
+    status = _run(ctx, lambda client: client.status(execution_id))
+    if as_json:
+        click.echo(json.dumps(status.model_dump(mode="json"), indent=2))
+    else:
+        click.echo("\n".join(_status_lines(status)))
+
+
+@tasks.command("list")
+@click.option("--status", "statuses", multiple=True, help="Only these statuses (repeatable, or a,b).")
+@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@click.pass_context
+def tasks_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None:
+    """Your executions, newest first."""
+    page = _run(ctx, lambda client: client.list_executions(status=list(statuses) or None, limit=limit))
+    for item in page.items:
+        click.echo(f"{item.executionId}\t{item.status}\t{item.createdAt.isoformat()}\t{item.taskName}")
+    if page.nextCursor:
+        click.echo(f"(more: raise --limit, or page with the API's cursor {page.nextCursor})", err=True)
+
+
+@tasks.command("cancel")
+@click.argument("execution_id")
+@click.pass_context
+def tasks_cancel(ctx: click.Context, execution_id: str) -> None:
+    """Cancel a queued, running or waiting run."""
+    status = _run(ctx, lambda client: client.cancel(execution_id))
+    click.echo(f"{status.executionId} {status.status}")
+
+
+@checkpoints.command("decide")
+@click.argument("execution_id")
+@click.argument("checkpoint_id")
+@click.argument("decision", type=click.Choice(["approve", "reject"]))
+@click.option("--comment", default="", help="Why; required to reject: the agent revises from it.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Approve with this argument of the checkpoint's tool call changed (repeatable), e.g. --set subject=\"Hi\".",
+)
+@click.pass_context
+def checkpoints_decide(
+    ctx: click.Context, execution_id: str, checkpoint_id: str, decision: str, comment: str, settings: tuple[str, ...]
+) -> None:
+    """Approve or reject a checkpoint that waits for you."""
+    if decision == "reject" and not comment.strip():
+        raise click.UsageError("a rejection needs --comment: say what should change")
+    if settings and decision != "approve":
+        raise click.UsageError("--set goes with approve only: a rejection changes nothing")
+    edits: dict[str, str] = {}
+    for setting in settings:
+        name, equals, value = setting.partition("=")
+        if not equals or not name.strip():
+            raise click.UsageError(f"--set takes NAME=VALUE, not {setting!r}")
+        edits[name.strip()] = value
+    answer = _run(ctx, lambda client: client.decide(execution_id, checkpoint_id, decision, comment, edits or None))
+    click.echo(f"{answer.checkpointId} {answer.decision.decision} by {answer.decision.by} via {answer.decision.via}")
+    for name, value in (answer.decision.editedArgs or {}).items():
+        click.echo(f"  {name} changed to {value!r}")
+

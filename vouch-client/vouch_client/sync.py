@@ -1,0 +1,198 @@
+"""Client: the Vouch API for plain scripts and notebooks (httpx.Client underneath).
+
+Live following (stream, wait) is asyncio code; the sync client runs it on an event loop of its own in a
+background thread, so it works the same inside a notebook whose own loop is already running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncGenerator, Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from vouch_client import calls
+from vouch_client.aio import AsyncClient, log, settings_from_env
+from vouch_client.errors import TransportError
+from vouch_client.models import (
+    CreatedTask,
+    DecisionAnswer,
+    Event,
+    ExecutionPage,
+    ExecutionPatch,
+    ExecutionSummary,
+    StatusRecord,
+    TaskSpec,
+)
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread, for the async parts."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="vouch-client-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(work, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # Ctrl-C in the caller's thread stops the work in ours too
+            raise
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+class Client:
+    """`with Client(url, key) as vouch: vouch.wait(vouch.create_task({...}).executionId, timeout=600)`.
+
+    `base_url` and `api_key` default to VOUCH_URL and VOUCH_API_KEY."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry: calls.RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url, self._api_key = settings_from_env(base_url, api_key)
+        self.retry = retry or calls.RetryPolicy()
+        self._timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=calls.client_headers(self._api_key), timeout=timeout, transport=transport
+        )
+        self._loop: _LoopThread | None = None
+        self._async: AsyncClient | None = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+        if self._loop is not None:
+            if self._async is not None:
+                self._loop.run(self._async.aclose())
+            self._loop.close()
+            self._loop = self._async = None
+
+    def _send(self, call: calls.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(**calls.request_of(call))
+            except httpx.TransportError as exc:
+                pause = self.retry.after_error(call, attempt, exc)
+                if pause is None:
+                    raise TransportError(f"{call.method} {call.path}: {exc!r}") from exc
+            else:
+                pause = self.retry.after_response(call, attempt, response)
+                if pause is None:
+                    return call.answer(response)
+            log.debug("retrying %s %s in %.2f s (attempt %d)", call.method, call.path, pause, attempt + 1)
+            time.sleep(pause)
+            attempt += 1
+
+    def _aio(self) -> tuple[_LoopThread, AsyncClient]:
+        if self._loop is None or self._async is None:
+            self._loop = _LoopThread()
+
+            async def make() -> AsyncClient:  # httpx.AsyncClient belongs to the loop it is made in
+                return AsyncClient(self.base_url, self._api_key, timeout=self._timeout, retry=self.retry)
+
+            self._async = self._loop.run(make())
+        return self._loop, self._async
+
+    # The REST API, one method per route ---------------------------------------------------------------------
+
+    def create_task(self, task: TaskSpec | Mapping[str, Any], *, idempotency_key: str | None = None) -> CreatedTask:
+        """Create a task (POST /api/eval/create-task-agent); retried safely under one Idempotency-Key."""
+        return self._send(calls.create_task(task, idempotency_key))
+
+    def status(self, execution_id: str) -> StatusRecord:
+        return self._send(calls.status(execution_id))
+
+    def list_executions(
+        self, *, status: str | Sequence[str] | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> ExecutionPage:
+        return self._send(calls.list_executions(status, limit, cursor))
+
+    def iter_executions(
+        self, *, status: str | Sequence[str] | None = None, page_size: int = 100
+    ) -> Iterator[ExecutionSummary]:
+        """Every execution, newest first, page after page."""
+        cursor: str | None = None
+        while True:
+            page = self.list_executions(status=status, limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.nextCursor is None:
+                return
+            cursor = page.nextCursor
+
+    def update(self, execution_id: str, patch: ExecutionPatch | Mapping[str, Any]) -> StatusRecord:
+        """Change assignedReviewer and/or webhookUrl of an unfinished execution."""
+        return self._send(calls.update(execution_id, patch))
+
+    def cancel(self, execution_id: str) -> StatusRecord:
+        return self._send(calls.cancel(execution_id))
+
+    def delete(self, execution_id: str) -> None:
+        self._send(calls.delete(execution_id))
+
+    def decide(
+        self,
+        execution_id: str,
+        checkpoint_id: str,
+        decision: str,
+        comment: str = "",
+        edited_args: Mapping[str, Any] | None = None,
+    ) -> DecisionAnswer:
+        """Approve or reject a checkpoint (the key's user must be its reviewer; eval:manage). A rejection needs a
+        comment; an approval may change arguments of the checkpoint's tool call (`edited_args`)."""
+        return self._send(calls.decide(execution_id, checkpoint_id, decision, comment, edited_args))
+
+    # Live events and waiting ---------------------------------------------------------------------------------
+
+    def stream(self, execution_id: str, *, after_seq: int = 0, reconnect_for: float = 30.0) -> Iterator[Event]:
+        """The execution's events in seq order, each once, from `after_seq` on; ends after the final one."""
+        loop, client = self._aio()
+        events: AsyncGenerator[Event, None] = client.stream(
+            execution_id, after_seq=after_seq, reconnect_for=reconnect_for
+        )
+
+        async def step() -> Event | None:
+            try:
+                return await anext(events)
+            except StopAsyncIteration:
+                return None
+
+        try:
+            while (event := loop.run(step())) is not None:
+                yield event
+        finally:
+            loop.run(events.aclose())
+
+    def wait(
+        self, execution_id: str, timeout: float | None = None, *, live: bool = True, poll_interval: float = 0.5
+    ) -> StatusRecord:
+        """Until the execution finishes; its final status record. Raises WaitTimeout after `timeout` seconds."""
+        loop, client = self._aio()
+        return loop.run(client.wait(execution_id, timeout, live=live, poll_interval=poll_interval))
