@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import NoScriptError, RedisError
 
-from core.redis_bus import redis_client
+from core.redis_calls import OrderedCalls
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -181,11 +181,10 @@ class RedisRateLimiter:
         self.policy = policy
         self.prefix = prefix
         self._clock = clock
-        # No socket timeout: redis-py would write each command from a `wait_for` task of its own; the whole
-        # call is held to `timeout` here instead.
-        self._redis = redis_client(url, None, connect_timeout=timeout)
+        # The whole call is held to `timeout` here (the connection has no socket timeout: core/redis_calls.py).
+        self._calls = OrderedCalls(url, timeout)
         self._timeout = timeout
-        self._batch = _ScriptBatch(self._redis)
+        self._batch = _Script(self._calls)
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -200,6 +199,8 @@ class RedisRateLimiter:
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
         except (RedisError, OSError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                await self._calls.reset()  # a connection that hangs is not used again
             if self._down_until is None:
                 log.warning("rate limiter: Redis unavailable (%s); limiting per process until it is back", exc)
             self._down_until = time.monotonic() + self._retry_seconds
@@ -216,60 +217,24 @@ class RedisRateLimiter:
         return self._down_until is not None
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._calls.close()
 
 
-class _ScriptBatch:
-    """The GCRA script for every request that asks in one turn of the event loop, sent as one redis-py pipeline.
+class _Script:
+    """The GCRA script by EVALSHA on the limiter's own connection (core/redis_calls.py), loaded again when Redis
+    answers NOSCRIPT (after a restart or FLUSH)."""
 
-    Concurrent requests then share a write and a read on one connection rather than taking one each from the
-    pool: under the status bench's 16 connections, one round trip per request cost a fifth of the status route's
-    throughput (bench/README.md, issue 21). EVALSHA, and the script loaded again when Redis answers NOSCRIPT
-    (after a restart or FLUSH)."""
-
-    def __init__(self, redis: Any) -> None:
-        self._redis = redis
+    def __init__(self, calls: OrderedCalls) -> None:
+        self.calls = calls
         self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
-        self._asked: list[tuple[list[str], list[int | str], asyncio.Future[Any]]] = []
 
     async def run(self, keys: list[str], args: list[int | str]) -> Any:
-        loop = asyncio.get_running_loop()
-        if not self._asked:
-            loop.call_soon(self._send)
-        answer: asyncio.Future[Any] = loop.create_future()
-        self._asked.append((keys, args, answer))
-        return await answer
-
-    def _send(self) -> None:
-        batch, self._asked = self._asked, []
-        task = asyncio.ensure_future(self._pipeline(batch))
-        task.add_done_callback(lambda done: None if done.cancelled() else done.exception())
-
-    async def _pipeline(self, batch: list[tuple[list[str], list[int | str], asyncio.Future[Any]]]) -> None:
         try:
-            answers = await self._evalsha(batch)
-            if any(isinstance(answer, NoScriptError) for answer in answers):
-                self.sha = str(await self._redis.script_load(_GCRA_LUA))
-                answers = await self._evalsha(batch)
-        except BaseException as failed:
-            for _, _, answer in batch:
-                if not answer.done():
-                    answer.set_exception(failed if isinstance(failed, Exception) else RedisError("cancelled"))
-            raise
-        for (_, _, future), answer in zip(batch, answers, strict=True):
-            if future.done():
-                continue
-            if isinstance(answer, Exception):
-                future.set_exception(answer)
-            else:
-                future.set_result(answer)
-
-    async def _evalsha(self, batch: list[tuple[list[str], list[int | str], asyncio.Future[Any]]]) -> list[Any]:
-        pipe = self._redis.pipeline(transaction=False)
-        for keys, args, _ in batch:
-            pipe.evalsha(self.sha, len(keys), *keys, *args)
-        answers: list[Any] = await pipe.execute(raise_on_error=False)
-        return answers
+            return await self.calls.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            loaded = await self.calls.call("SCRIPT", "LOAD", _GCRA_LUA)
+            self.sha = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+            return await self.calls.call("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 def make_rate_limiter(settings: Settings) -> RateLimiter:
