@@ -182,7 +182,7 @@ class RedisRateLimiter:
         self.prefix = prefix
         self._clock = clock
         # The whole call is held to `timeout` here (the connection has no socket timeout: core/redis_calls.py).
-        self._calls = OrderedCalls(url, timeout)
+        self._calls = OrderedCalls(url, timeout, timeout)
         self._timeout = timeout
         self._batch = _Script(self._calls)
         self._fallback = InProcessRateLimiter(policy)

@@ -183,7 +183,10 @@ class SentInOrder(Generic[T]):
         self._sending: asyncio.Task[None] | None = None
 
     def put(self, item: T) -> None:
-        self._waiting.append(item)
+        self.put_all([item])
+
+    def put_all(self, items: list[T]) -> None:
+        self._waiting.extend(items)
         if self._sending is None or self._sending.done():
             self._sending = asyncio.create_task(self._send(), name=self._name)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -25,6 +26,7 @@ from redis.exceptions import RedisError
 
 from core.bus import Listening, LocalListener, MessageListener, SentInOrder, Subscription, notify_listeners
 from core.reconnect import Reconnecting
+from core.redis_calls import OrderedCalls
 
 log = logging.getLogger(__name__)
 
@@ -87,47 +89,79 @@ class RedisPublisher:
     """PUBLISHes that leave in the order asked and that nobody waits for.
 
     A committing transaction does not wait for Redis: an agent step publishes several events, and their round
-    trips were a third of a durable step on PostgreSQL (bench/README.md). Publishes are handed to a task that
-    writes each batch (all those asked while it was busy) as one pipeline, on one connection of redis-py's
-    kept for it, then reads their answers. `flush` lets that task write at once, before the rest of the caller's
-    turn of the event loop (a request's answer, its logging). A lost connection is made again by the next batch.
+    trips were a third of a durable step on PostgreSQL (bench/README.md). What was published is written, as one
+    write on a connection kept for the publisher (core/redis_calls.py), by `flush` in its caller's own step, or
+    at the end of the turn for publishes nobody flushes; their answers are read by the connection's task. While
+    the connection is being made (first, or after a loss) batches queue for a task and leave, in order, once
+    it is: a committer never waits for Redis.
     """
 
     def __init__(self, url: str) -> None:
-        # No socket timeout on the connection: a write then leaves in the sending task's first step (redis-py
-        # wraps it in `wait_for`, a task of its own, otherwise); the answers are awaited under `asyncio.timeout`.
-        self._connection = aioredis.ConnectionPool.from_url(
-            url, socket_timeout=None, socket_connect_timeout=REDIS_ANSWER_SECONDS, retry=Retry(NoBackoff(), 0)
-        ).make_connection()  # type: ignore[no-untyped-call]
+        self._calls = OrderedCalls(url, REDIS_ANSWER_SECONDS, REDIS_ANSWER_SECONDS)
+        self._pending: list[tuple[str, str | bytes]] = []
         self._queued = SentInOrder(self._send, "redis-publisher")
+        self._last: asyncio.Future[Any] | None = None
 
     def publish(self, channel: str, payload: str | bytes) -> None:
-        self._queued.put((channel, payload))
+        self._pending.append((channel, payload))
+        if len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_later)
+
+    def _flush_later(self) -> None:
+        if self._pending:
+            self._queued.put_all(self._take())
+
+    def _take(self) -> list[tuple[str, str | bytes]]:
+        batch, self._pending = self._pending, []
+        return batch
 
     async def flush(self) -> None:
-        """Let the sending task write what was published so far (see `Bus.flush`)."""
-        if not self._queued.idle:
-            await asyncio.sleep(0)  # the sending task was scheduled before this one: it writes, then we go on
+        """Write what was published so far now (see `Bus.flush`)."""
+        if not self._pending:
+            return
+        if not (self._calls.connected and self._queued.idle):
+            self._queued.put_all(self._take())  # after what is queued, and never waiting for a connection
+            return
+        await self._write(self._take())
 
     async def _send(self, batch: list[tuple[str, str | bytes]]) -> None:
-        connection = self._connection
+        await self._write(batch)
+
+    async def _write(self, batch: list[tuple[str, str | bytes]]) -> None:
         try:
-            await connection.send_packed_command(
-                connection.pack_commands([("PUBLISH", channel, payload) for channel, payload in batch])
-            )
-            async with asyncio.timeout(REDIS_ANSWER_SECONDS):
-                for _ in batch:
-                    await connection.read_response()
-        except (RedisError, OSError, TimeoutError) as failed:
-            # What is published is news of committed rows: a lost message costs latency (the poll catches up), or
-            # a watcher finds the gap by seq.
-            log.warning("publishing %d message(s) to Redis failed: %s", len(batch), failed or "no answer in time")
-            await connection.disconnect(nowait=True)
+            answers = await self._calls.send([("PUBLISH", channel, payload) for channel, payload in batch])
+        except (RedisError, OSError) as failed:
+            _log_failed(len(batch), failed)
+            return
+        for answer in answers[:-1]:
+            answer.add_done_callback(_retrieved)
+        answers[-1].add_done_callback(functools.partial(_logged_if_failed, len(batch)))
+        self._last = answers[-1]
 
     async def close(self, timeout: float = REDIS_ANSWER_SECONDS) -> None:
         """Send what was published so far (waiting at most `timeout` seconds), then let go of Redis."""
+        self._flush_later()
         await self._queued.flush(timeout)
-        await self._connection.disconnect()
+        if self._last is not None:
+            # Redis answers in order: once the last publish is answered, every earlier one has left.
+            await asyncio.wait({self._last}, timeout=timeout)
+        await self._calls.close()
+
+
+def _log_failed(count: int, failed: BaseException) -> None:
+    # What is published is news of committed rows: a lost message costs latency (the poll catches up), or a
+    # watcher finds the gap by seq.
+    log.warning("publishing %d message(s) to Redis failed: %s", count, failed)
+
+
+def _retrieved(answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled():
+        answer.exception()  # the batch's last answer says whether it failed
+
+
+def _logged_if_failed(count: int, answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled() and answer.exception() is not None:
+        _log_failed(count, answer.exception() or RedisError())
 
 
 class RedisBus:

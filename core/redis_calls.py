@@ -24,9 +24,11 @@ class OrderedCalls:
     """`call(*args)`: one command, its answer (an error answer is raised, e.g. `NoScriptError`). Concurrent
     callers share the connection; a lost connection fails every command in flight, and the next call makes it
     again. No socket timeout (redis-py would write from a `wait_for` task of its own): callers bound their wait
-    and `reset` on a timeout."""
+    and `reset` on a timeout. An answer owed for longer than `answer_timeout` seconds counts the connection lost
+    (a timer on the reader's read, not a task per write)."""
 
-    def __init__(self, url: str, connect_timeout: float) -> None:
+    def __init__(self, url: str, connect_timeout: float, answer_timeout: float) -> None:
+        self._answer_timeout = answer_timeout
         pool = aioredis.ConnectionPool.from_url(
             url, socket_timeout=None, socket_connect_timeout=connect_timeout, retry=Retry(NoBackoff(), 0)
         )
@@ -37,7 +39,16 @@ class OrderedCalls:
         # Each connection made counts one: a reader of a connection since lost leaves the new one alone.
         self._generation = 0
 
+    @property
+    def connected(self) -> bool:
+        return bool(self._connection.is_connected)
+
     async def call(self, *args: Any) -> Any:
+        (answer,) = await self.send([args])
+        return await answer
+
+    async def send(self, commands: list[tuple[Any, ...]]) -> list[asyncio.Future[Any]]:
+        """Write `commands` in one write (connecting first if need be) and return their answers to come."""
         connection = self._connection
         if not connection.is_connected:
             async with self._connecting:
@@ -45,23 +56,25 @@ class OrderedCalls:
                     self._fail_waiting(RedisConnectionError("the connection to Redis was lost"))
                     self._generation += 1
                     await connection.connect()
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future[Any]] = [loop.create_future() for _ in commands]
         # Queued before the write, and nothing awaited between the two: the queue's order is the wire's.
-        self._waiting.append(answer)
+        self._waiting.extend(answers)
         try:
-            await connection.send_packed_command(connection.pack_command(*args), check_health=False)
+            await connection.send_packed_command(connection.pack_commands(commands), check_health=False)
         except BaseException as failed:
             await self._lost(self._generation, failed)
             raise
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read(self._generation), name="redis-ordered-calls")
-        return await answer
+        return answers
 
     async def _read(self, generation: int) -> None:
         connection = self._connection
         while self._waiting and generation == self._generation:
             try:
-                reply: Any = await connection.read_response()
+                async with asyncio.timeout(self._answer_timeout):
+                    reply: Any = await connection.read_response()
             except ResponseError as error:  # this command's error answer; the connection is fine
                 reply = error
             except BaseException as failed:
