@@ -11,6 +11,7 @@ Two limiters behave the same: `InProcessRateLimiter` for one process (the embedd
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import NoScriptError, RedisError
 
-from core.resp import RespClient
+from core.redis_calls import OrderedCalls
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -180,8 +181,10 @@ class RedisRateLimiter:
         self.policy = policy
         self.prefix = prefix
         self._clock = clock
-        # EVALSHA, and the script loaded again when Redis answers NOSCRIPT: after a restart or FLUSH.
-        self._script = _FastScript(RespClient(url, timeout))
+        # The whole call is held to `timeout` here (the connection has no socket timeout: core/redis_calls.py).
+        self._calls = OrderedCalls(url, timeout, timeout)
+        self._timeout = timeout
+        self._batch = _Script(self._calls)
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -191,12 +194,13 @@ class RedisRateLimiter:
             return self._fallback.hit_now(key)
         now = "" if self._clock is None else str(self._clock())
         try:
-            raw = await self._script(
-                keys=[self.prefix + key], args=[self.policy.interval, self.policy.span, now]
-            )
+            async with asyncio.timeout(self._timeout):
+                raw = await self._batch.run([self.prefix + key], [self.policy.interval, self.policy.span, now])
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                await self._calls.reset()  # a connection that hangs is not used again
             if self._down_until is None:
                 log.warning("rate limiter: Redis unavailable (%s); limiting per process until it is back", exc)
             self._down_until = time.monotonic() + self._retry_seconds
@@ -213,23 +217,24 @@ class RedisRateLimiter:
         return self._down_until is not None
 
     async def close(self) -> None:
-        await self._script.client.close()
+        await self._calls.close()
 
 
-class _FastScript:
-    """The GCRA script over core/resp.py's client."""
+class _Script:
+    """The GCRA script by EVALSHA on the limiter's own connection (core/redis_calls.py), loaded again when Redis
+    answers NOSCRIPT (after a restart or FLUSH)."""
 
-    def __init__(self, client: RespClient) -> None:
-        self.client = client
+    def __init__(self, calls: OrderedCalls) -> None:
+        self.calls = calls
         self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
 
-    async def __call__(self, *, keys: list[str], args: list[int | str]) -> Any:
+    async def run(self, keys: list[str], args: list[int | str]) -> Any:
         try:
-            return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.calls.call("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
-            loaded = await self.client.call(b"SCRIPT", b"LOAD", _GCRA_LUA)
-            self.sha = loaded.decode() if isinstance(loaded, bytes) else self.sha
-            return await self.client.call(b"EVALSHA", self.sha, len(keys), *keys, *args)
+            loaded = await self.calls.call("SCRIPT", "LOAD", _GCRA_LUA)
+            self.sha = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
+            return await self.calls.call("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
 def make_rate_limiter(settings: Settings) -> RateLimiter:

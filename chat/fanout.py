@@ -18,24 +18,13 @@ watcher that misses a message finds the gap by `seq` and asks the database for i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import types
-import weakref
-from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Generator
 from typing import Any, Protocol
 
 import socketio
-from engineio import packet as eio_packet  # type: ignore[import-untyped]
-from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from socketio import packet as sio_packet
 
+from chat._socketio_shortcuts import InTurnDelivery, RedisInTurnDelivery, pubsub_emit
 from core.bus import SentInOrder
-from core.reconnect import Reconnecting
 from core.redis_bus import RedisPublisher
 
 log = logging.getLogger(__name__)
@@ -71,11 +60,10 @@ class QueuedRoomSink:
     The publisher is the caller's, and the bus's where there is one: the chat's messages and the bus's of one
     commit then leave in one write on one connection, not one on each.
 
-    It publishes what python-socketio's `AsyncPubSubManager.emit` publishes, so every web process's manager
-    delivers it as its own; the message's form is that library's, whose version range is pinned in
-    pyproject.toml for it. With `local`, this process's own rooms are served too, in order, from a task of its
-    own, as `emit` does (the manager skips its own messages when they come back from Redis): a commit does not
-    wait for a room's fan-out either.
+    It publishes what python-socketio's `AsyncPubSubManager.emit` publishes (chat/_socketio_shortcuts.py), so every
+    web process's manager delivers it as its own. With `local`, this process's own rooms are served too, in order,
+    from a task of its own, as `emit` does (the manager skips its own messages when they come back from Redis): a
+    commit does not wait for a room's fan-out either.
     """
 
     def __init__(self, manager: socketio.AsyncPubSubManager, publisher: RedisPublisher, *, local: bool) -> None:
@@ -86,7 +74,8 @@ class QueuedRoomSink:
     async def __call__(self, message: dict[str, Any]) -> None:
         if self._local is not None:
             self._local.put(message)
-        self._publisher.publish(self._manager.channel, self._manager.json.dumps(self._pubsub_emit(message)))
+        published = pubsub_emit(self._manager, EVENT, NAMESPACE, room_of(message["executionId"]), message)
+        self._publisher.publish(self._manager.channel, self._manager.json.dumps(published))
 
     async def _emit(self, batch: list[dict[str, Any]]) -> None:
         for message in batch:
@@ -96,223 +85,11 @@ class QueuedRoomSink:
             except Exception:
                 log.warning("chat: emitting %s seq %s failed", message["executionId"], message["seq"], exc_info=True)
 
-    def _pubsub_emit(self, message: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "method": "emit",
-            "event": EVENT,
-            "data": [message],
-            "binary": False,  # JSON from our own event rows
-            "namespace": NAMESPACE,
-            "room": room_of(message["executionId"]),
-            "skip_sid": None,
-            "callback": None,
-            "host_id": self._manager.host_id,
-        }
-
     async def close(self, timeout: float = 5.0) -> None:
         """Deliver to this process's rooms what was put so far (waiting at most `timeout` seconds). What went to
         Redis leaves when the publisher's owner closes it."""
         if self._local is not None:
             await self._local.flush(timeout)
-
-
-class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
-    """engine.io's ASGI websocket, which the room's events may also be written to directly.
-
-    engine.io hands every packet to a socket's queue, and a writer task per socket waits on that queue through
-    `asyncio.wait_for` (a new task on every wake) before writing. For a room of 1,000 watchers that is 1,000
-    wakes and 1,000 new tasks per event, about half the web process's CPU in the fan-out, and the tasks live
-    until the next event, long enough to reach the oldest GC generation: full collections ran every 1.5 s and
-    stopped the loop for 100-600 ms, which was the paced p99 (bench/README.md). `deliver` writes a frame at
-    once instead, without waiting and in order; engine.io's own packets (pings, answers) keep its queue.
-
-    Relies on engine.io internals (the handler it passes is its socket's bound method; `server._async`;
-    `socket.connected/closing/closed`; `server.sockets`): the version range is pinned in pyproject.toml.
-    """
-
-    def __init__(self, handler: Any, server: Any) -> None:
-        super().__init__(handler, server)
-        self._socket = getattr(handler, "__self__", None)
-        # Frames that arrived while an earlier write waited for the transport (flow control); None when idle.
-        self._backlog: deque[str | bytes] | None = None
-        self._drainer: asyncio.Task[None] | None = None
-
-    async def __call__(self, environ: dict[str, Any]) -> Any:
-        socket = self._socket
-        # Only a socket that is websocket from its handshake: one upgrading from polling may still have packets
-        # in its queue for the polling transport, and those must not be overtaken.
-        direct = socket is not None and not socket.connected
-        if direct:
-            _DIRECT[socket] = self
-        try:
-            return await super().__call__(environ)
-        finally:
-            if direct:
-                _DIRECT.pop(socket, None)
-            if self._drainer is not None:
-                self._drainer.cancel()
-
-    def deliver(self, frame: str | bytes) -> None:
-        """Write a frame now, or after the frames already waiting for this socket; never waits itself, so one
-        slow watcher holds up no other. A failure of an immediate write is raised to the caller."""
-        if self._backlog is not None:
-            self._backlog.append(frame)
-            return
-        sending = self.send(frame)
-        try:
-            # The ASGI send runs to its end here unless the server must wait before writing (uvicorn waits
-            # while the transport has paused writing). That is the common case: no task, no wake-up.
-            waiting_on = sending.send(None)
-        except StopIteration:
-            return
-        except BaseException:
-            sending.close()
-            raise
-        self._backlog = deque()
-        self._drainer = asyncio.ensure_future(self._drain(sending, waiting_on))
-
-    async def _drain(self, sending: Coroutine[Any, Any, None], waiting_on: Any) -> None:
-        try:
-            await _carry_on(sending, waiting_on)
-            while self._backlog:
-                await self.send(self._backlog.popleft())
-        except Exception:
-            log.info("chat: a watcher's socket failed while writing; its reader will close it", exc_info=True)
-        finally:
-            self._backlog = None
-            self._drainer = None
-
-
-@types.coroutine
-def _carry_on(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
-    """Finish, inside a task, a coroutine that was stepped by hand and stopped at `waiting_on`.
-
-    It yields what the coroutine yielded, so the task waits on that, then passes on what the task sends or
-    throws (cancellation) exactly as `await` would have."""
-    while True:
-        try:
-            value = yield waiting_on
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:
-            try:
-                waiting_on = coro.throw(exc)
-            except StopIteration:
-                return
-            continue
-        try:
-            waiting_on = coro.send(value)
-        except StopIteration:
-            return
-
-
-# engine.io socket -> its websocket, for sockets that take direct writes; dropped with the socket.
-_DIRECT: weakref.WeakKeyDictionary[Any, DirectWebSocket] = weakref.WeakKeyDictionary()
-
-
-def _direct_to(sockets: dict[str, Any] | None, eio_sid: str) -> DirectWebSocket | None:
-    socket = sockets.get(eio_sid) if sockets is not None else None
-    if socket is None or socket.closing or socket.closed:
-        return None
-    return _DIRECT.get(socket)
-
-
-class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
-    """Local delivery to a room without a task per recipient.
-
-    python-socketio's manager starts one asyncio task per recipient for every message and waits for them all;
-    for a room of 1,000 watchers that bookkeeping, not the sending, is most of the cost. Handing a packet to a
-    socket only puts it on that socket's unbounded queue, so doing it in turn is just as fair, keeps each
-    watcher's order, and measured (bench/chat_fanout.py) four to five times the deliveries per second. A
-    websocket's frames are written directly (DirectWebSocket), other transports' go through engine.io. One
-    recipient's failure is logged and skips only that recipient. Emits with a callback keep the library's path.
-    """
-
-    def set_server(self, server: Any) -> None:
-        super().set_server(server)
-        eio: Any = getattr(server, "eio", None)
-        drivers = getattr(eio, "_async", None)
-        if isinstance(drivers, dict) and drivers.get("websocket") is eio_asgi.WebSocket:
-            # A copy: the drivers table is engine.io's module-level dict, shared by every server in the process.
-            eio._async = {**drivers, "websocket": DirectWebSocket}
-
-    async def emit(
-        self,
-        event: str,
-        data: Any,
-        namespace: str,
-        room: str | None = None,
-        skip_sid: Any = None,
-        callback: Any = None,
-        to: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        room = to or room
-        send = getattr(self.server, "_send_eio_packet", None)
-        if callback is not None or send is None or namespace not in self.rooms:
-            await super().emit(event, data, namespace, room=room, skip_sid=skip_sid, callback=callback, **kwargs)
-            return
-        skip = skip_sid if isinstance(skip_sid, list) else [skip_sid]
-        recipients = [(sid, eio_sid) for sid, eio_sid in self.get_participants(namespace, room) if sid not in skip]
-        if not recipients:
-            return  # most events of most executions: nobody is watching, nothing to encode
-        args = list(data) if isinstance(data, tuple) else ([] if data is None else [data])
-        # Encoded once for the whole room, as the library does.
-        encoded = self.server.packet_class(sio_packet.EVENT, namespace=namespace, data=[event, *args]).encode()
-        parts = encoded if isinstance(encoded, list) else [encoded]
-        frames = [eio_packet.Packet(eio_packet.MESSAGE, part) for part in parts]
-        wire = [frame.encode() for frame in frames]
-        sockets = getattr(getattr(self.server, "eio", None), "sockets", None)
-        for sid, eio_sid in recipients:
-            ws = _direct_to(sockets, eio_sid)
-            if ws is not None:
-                try:
-                    for data in wire:
-                        ws.deliver(data)
-                except Exception:
-                    log.warning("chat: could not send to %s", sid, exc_info=True)
-                continue
-            for frame in frames:
-                try:
-                    await send(eio_sid, frame)
-                except Exception:
-                    log.warning("chat: could not send to %s", sid, exc_info=True)
-
-
-class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: ignore[misc]
-    """Rooms shared through Redis; what arrives is delivered locally in turn (the MRO puts InTurnDelivery's
-    emit under the pub/sub manager's own, which publishes, then delivers here).
-
-    Its listener keeps its subscription up as every other Redis subscription here does (core/reconnect.py).
-    python-socketio's own loop logged an error on every failed attempt, waited up to a minute between them, never
-    said when it was back, and left each lost subscription's connection open; and redis-py's retries, which
-    resubscribe behind the caller's back, are off (no retries: a lost connection is raised, and counted here).
-    """
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url, redis_options={"retry": Retry(NoBackoff(), 0)})
-        self._reconnecting = Reconnecting(
-            "the chat's Socket.IO listener", "live events from other processes are missed (watchers catch up by seq)"
-        )
-
-    async def _redis_listen_with_retries(self) -> AsyncIterator[dict[str, Any]]:
-        while True:
-            if self.redis is None:
-                self._redis_connect()
-            # A pubsub of its own each time, on the one client's pool: the manager's publishes share that client.
-            pubsub = self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(self.channel)
-                self._reconnecting.subscribed()
-                async for message in pubsub.listen():
-                    yield message
-                raise RedisConnectionError("the subscription ended")  # listen() ends only once unsubscribed
-            except Exception as exc:
-                delay = self._reconnecting.failed(exc)
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # its connection, reconnected by redis-py on the way out, goes too
-                await asyncio.sleep(delay)
 
 
 def server_manager(redis_url: str | None) -> socketio.AsyncManager:

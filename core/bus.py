@@ -47,9 +47,9 @@ class Listening(Protocol):
 class Bus(Protocol):
     async def publish(self, channel: str, message: dict[str, Any]) -> None: ...
 
-    def flush(self) -> None:
-        """Send what was published so far now, not when this turn of the event loop ends (publishes asked in one
-        turn leave together): a committer's messages are then on their way before the rest of its turn runs."""
+    async def flush(self) -> None:
+        """Send what was published so far now, not after the rest of the caller's turn of the event loop: a
+        committer's messages are then on their way before it builds and logs its answer."""
 
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]: ...
 
@@ -133,7 +133,7 @@ class InProcessBus:
             sub.queue.put_nowait(message)
         notify_listeners(self._listeners, channel, message)
 
-    def flush(self) -> None:
+    async def flush(self) -> None:
         pass  # delivered as published
 
     def listen(
@@ -183,7 +183,10 @@ class SentInOrder(Generic[T]):
         self._sending: asyncio.Task[None] | None = None
 
     def put(self, item: T) -> None:
-        self._waiting.append(item)
+        self.put_all([item])
+
+    def put_all(self, items: list[T]) -> None:
+        self._waiting.extend(items)
         if self._sending is None or self._sending.done():
             self._sending = asyncio.create_task(self._send(), name=self._name)
 

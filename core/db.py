@@ -154,7 +154,7 @@ class Database:
             except Exception:
                 log.warning("publishing to %s after commit failed", channel, exc_info=True)
         # Out now: the rest of this turn (a request's answer and access log) would otherwise come before them.
-        self.bus.flush()
+        await self.bus.flush()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:

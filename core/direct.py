@@ -7,6 +7,8 @@ once per dialect and set of columns, its parameters go through the same bind pro
 (JSON, aware datetimes), and `run_direct` runs a batch of them on a DBAPI cursor of the session's own connection:
 the same SQL, values and transaction, without the layers between. On SQLite, inside a write transaction, that is
 the sqlite3 cursor itself, called synchronously; elsewhere, SQLAlchemy's adapted cursor in one greenlet.
+Issue 21 measured the alternative, `Connection.execute` (and aiosqlite's thread per statement): SQLite's durable
+step went from 0.6 to 1.2 ms and create → first step from 2.9 to 4.7 ms, so this stays (bench/README.md).
 
 For Core statements whose values are all given: a column with a Python-side default or onupdate that the caller
 leaves out would be filled in by SQLAlchemy's execution context, which this skips, so it is refused.

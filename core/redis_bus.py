@@ -1,4 +1,4 @@
-"""The bus across processes: Redis pub/sub, over core/resp.py's client.
+"""The bus across processes: Redis pub/sub, over redis-py.
 
 Publishes leave at once and are never waited for (`RedisPublisher`); listeners hear every message on their
 prefixes through one pattern subscription each (`RedisListening`), and this process's own publishes before
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -17,12 +18,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from core.bus import Listening, LocalListener, MessageListener, SentInOrder, Subscription, notify_listeners
 from core.reconnect import Reconnecting
-from core.resp import Reply, RespClient
+from core.redis_calls import OrderedCalls
 
 log = logging.getLogger(__name__)
 
@@ -70,60 +74,94 @@ class _RedisSubscription:
 REDIS_ANSWER_SECONDS = 5.0
 
 
-def _logged_if_failed(reply: asyncio.Future[Reply]) -> None:
-    if reply.cancelled():
-        return
-    failure = reply.exception() or reply.result()
-    if isinstance(failure, BaseException):
-        # What is published is news of committed rows: a lost message costs latency (the poll catches up), or
-        # a watcher finds the gap by seq.
-        log.warning("publishing to Redis failed: %s", failure)
+def redis_client(
+    url: str, timeout: float | None = REDIS_ANSWER_SECONDS, *, connect_timeout: float = REDIS_ANSWER_SECONDS
+) -> aioredis.Redis:
+    """redis-py's client for `url` (redis://, rediss://, unix://…?db=N; `?client_name=` names its connections), with
+    redis-py's own retries off: each caller here has its own answer to a lost connection (a listener resubscribes
+    and says so, the rate limiter falls back per process), and retries would hide the loss or stretch a timeout."""
+    return aioredis.Redis.from_url(
+        url, socket_timeout=timeout, socket_connect_timeout=connect_timeout, retry=Retry(NoBackoff(), 0)
+    )
 
 
 class RedisPublisher:
     """PUBLISHes that leave in the order asked and that nobody waits for.
 
     A committing transaction does not wait for Redis: an agent step publishes several events, and their round
-    trips were a third of a durable step on PostgreSQL (bench/README.md). Each publish is written at once on a
-    connection of its own, and all those asked in one turn of the event loop leave in one write (core/resp.py).
-    While the connection is being made, they queue and leave, in order, once it is.
+    trips were a third of a durable step on PostgreSQL (bench/README.md). What was published is written, as one
+    write on a connection kept for the publisher (core/redis_calls.py), by `flush` in its caller's own step, or
+    at the end of the turn for publishes nobody flushes; their answers are read by the connection's task. While
+    the connection is being made (first, or after a loss) batches queue for a task and leave, in order, once
+    it is: a committer never waits for Redis.
     """
 
     def __init__(self, url: str) -> None:
-        self._client = RespClient(url, REDIS_ANSWER_SECONDS)
+        self._calls = OrderedCalls(url, REDIS_ANSWER_SECONDS, REDIS_ANSWER_SECONDS)
+        self._pending: list[tuple[str, str | bytes]] = []
         self._queued = SentInOrder(self._send, "redis-publisher")
-        self._last: asyncio.Future[Reply] | None = None
+        self._last: asyncio.Future[Any] | None = None
 
     def publish(self, channel: str, payload: str | bytes) -> None:
-        if self._client.connected and self._queued.idle:
-            self._last = self._client.send_now(b"PUBLISH", channel, payload)
-            self._last.add_done_callback(_logged_if_failed)
-        else:
-            self._queued.put((channel, payload))
+        self._pending.append((channel, payload))
+        if len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self._flush_later)
 
-    def flush(self) -> None:
-        """Send now what was published in this turn of the event loop (see `Bus.flush`)."""
-        self._client.flush()
+    def _flush_later(self) -> None:
+        if self._pending:
+            self._queued.put_all(self._take())
+
+    def _take(self) -> list[tuple[str, str | bytes]]:
+        batch, self._pending = self._pending, []
+        return batch
+
+    async def flush(self) -> None:
+        """Write what was published so far now (see `Bus.flush`)."""
+        if not self._pending:
+            return
+        if not (self._calls.connected and self._queued.idle):
+            self._queued.put_all(self._take())  # after what is queued, and never waiting for a connection
+            return
+        await self._write(self._take())
 
     async def _send(self, batch: list[tuple[str, str | bytes]]) -> None:
+        await self._write(batch)
+
+    async def _write(self, batch: list[tuple[str, str | bytes]]) -> None:
         try:
-            await self._client.connect()
+            answers = await self._calls.send([("PUBLISH", channel, payload) for channel, payload in batch])
         except (RedisError, OSError) as failed:
-            log.warning("publishing %d message(s) to Redis failed: %s", len(batch), failed)
+            _log_failed(len(batch), failed)
             return
-        sent = [self._client.send_now(b"PUBLISH", channel, payload) for channel, payload in batch]
-        for reply in sent:
-            reply.add_done_callback(_logged_if_failed)
-        self._last = sent[-1]
-        await asyncio.wait(sent)
+        for answer in answers[:-1]:
+            answer.add_done_callback(_retrieved)
+        answers[-1].add_done_callback(functools.partial(_logged_if_failed, len(batch)))
+        self._last = answers[-1]
 
     async def close(self, timeout: float = REDIS_ANSWER_SECONDS) -> None:
         """Send what was published so far (waiting at most `timeout` seconds), then let go of Redis."""
+        self._flush_later()
         await self._queued.flush(timeout)
         if self._last is not None:
             # Redis answers in order: once the last publish is answered, every earlier one has left.
             await asyncio.wait({self._last}, timeout=timeout)
-        await self._client.close()
+        await self._calls.close()
+
+
+def _log_failed(count: int, failed: BaseException) -> None:
+    # What is published is news of committed rows: a lost message costs latency (the poll catches up), or a
+    # watcher finds the gap by seq.
+    log.warning("publishing %d message(s) to Redis failed: %s", count, failed)
+
+
+def _retrieved(answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled():
+        answer.exception()  # the batch's last answer says whether it failed
+
+
+def _logged_if_failed(count: int, answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled() and answer.exception() is not None:
+        _log_failed(count, answer.exception() or RedisError())
 
 
 class RedisBus:
@@ -148,8 +186,8 @@ class RedisBus:
         notify_listeners(self._listeners, channel, message)
         self._publisher.publish(channel, json.dumps(message, separators=(",", ":")))
 
-    def flush(self) -> None:
-        self._publisher.flush()
+    async def flush(self) -> None:
+        await self._publisher.flush()
 
     def listen(
         self,
@@ -193,9 +231,9 @@ def _pattern(prefix: str) -> str:
 class RedisListening:
     """One pattern subscription per listener on a connection of its own, kept up by a task: on any failure it
     calls `on_reset`, waits (core/reconnect.py: one warning, a doubling wait up to a cap, one line once back),
-    and subscribes again (calling `on_reset` once more, for what was published while it was away). Messages are
-    delivered as the connection reads them (core/resp.py's `on_push`): no task stands between Redis and the
-    listener. A PING every few idle seconds finds a connection that died silently."""
+    and subscribes again (calling `on_reset` once more, for what was published while it was away). The task
+    delivers each message as it reads it. A PING after a few idle seconds, unanswered a few seconds more, finds a
+    connection that died silently."""
 
     PING_SECONDS = 5.0
 
@@ -213,45 +251,68 @@ class RedisListening:
     def healthy(self) -> bool:
         return self._healthy
 
-    def _pushed(self, parts: list[Any]) -> None:
-        if len(parts) != 4 or parts[0] != b"pmessage":
-            return
+    def _deliver(self, message: dict[str, Any]) -> None:
         try:
-            channel, message = parts[2].decode(), json.loads(parts[3])
+            channel, decoded = message["channel"].decode(), json.loads(message["data"])
         except ValueError:  # not UTF-8, or not JSON: not one of ours
-            log.warning("bus listener: a message on %r is not JSON", parts[2])
+            log.warning("bus listener: a message on %r is not JSON", message["channel"])
             return
-        self._listener.deliver(channel, message)
+        self._listener.deliver(channel, decoded)
+
+    async def _subscribe(self, pubsub: PubSub, patterns: list[str]) -> None:
+        """PSUBSCRIBE, and wait until Redis has confirmed each pattern: only then is nothing published missed."""
+        await pubsub.psubscribe(*patterns)
+        waiting = {pattern.encode() for pattern in patterns}
+        async with asyncio.timeout(REDIS_ANSWER_SECONDS):
+            while waiting:
+                message = await pubsub.get_message(timeout=None)
+                if message is None:
+                    continue
+                if message["type"] == "psubscribe":
+                    waiting.discard(message["channel"])
+                elif message["type"] == "pmessage":
+                    self._deliver(message)
 
     async def _run(self) -> None:
         patterns = [_pattern(prefix) for prefix in self._listener.prefixes]
         while True:
-            client = RespClient(self._url, REDIS_ANSWER_SECONDS, on_push=self._pushed)
+            client = redis_client(self._url)
+            pubsub = client.pubsub()
             try:
-                lost = await client.connect()
-                for pattern in patterns:  # one command each: each answers one confirmation
-                    await client.call(b"PSUBSCRIBE", pattern)
+                await self._subscribe(pubsub, patterns)
                 self._healthy = True
                 self._reconnecting.subscribed()
                 self._listener.on_reset()  # whatever was published before this subscription was missed
+                pinged = False
                 while True:
-                    # Not wait_for: on 3.11 it swallows a cancel that comes as `lost` completes (a shutdown while
-                    # Redis goes away), and this task then outlived its `stop`.
-                    await asyncio.wait((lost,), timeout=self.PING_SECONDS)
-                    if lost.done():
-                        raise RedisConnectionError("its connection was closed")
-                    await client.call(b"PING")
+                    message = await pubsub.get_message(timeout=self.PING_SECONDS)
+                    if message is None:
+                        if pinged:
+                            raise RedisConnectionError("Redis did not answer a PING")
+                        await pubsub.ping()
+                        pinged = True
+                        continue
+                    pinged = False  # anything read, the PING's answer or a message: the connection is alive
+                    if message["type"] == "pmessage":
+                        self._deliver(message)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # whatever it was, this task must live on: it is the listener
                 self._healthy = False
                 self._listener.on_reset()
                 delay = self._reconnecting.failed(exc)
-                await client.close()
+                await self._close(pubsub, client)
                 await asyncio.sleep(delay)
             finally:
                 self._healthy = False
-                await client.close()
+                await self._close(pubsub, client)
+
+    @staticmethod
+    async def _close(pubsub: PubSub, client: aioredis.Redis) -> None:
+        with contextlib.suppress(Exception):
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+        with contextlib.suppress(Exception):
+            await client.aclose()
 
     async def stop(self) -> None:
         if self._listener in self._local:

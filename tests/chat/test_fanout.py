@@ -7,7 +7,8 @@ from typing import Any
 
 import socketio
 
-from chat.fanout import EVENT, NAMESPACE, InTurnDelivery, RoomSink, room_of
+from chat._socketio_shortcuts import InTurnDelivery
+from chat.fanout import EVENT, NAMESPACE, RoomSink, room_of
 
 
 class FakeServer:

@@ -9,7 +9,9 @@ from typing import Any
 
 import socketio
 
-from chat.fanout import EVENT, NAMESPACE, DirectWebSocket, InTurnDelivery, room_of
+from chat._engineio_shortcuts import DirectWebSocket
+from chat._socketio_shortcuts import InTurnDelivery
+from chat.fanout import EVENT, NAMESPACE, room_of
 
 
 class Asgi:

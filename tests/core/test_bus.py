@@ -178,8 +178,8 @@ class SpyBus:
         self.published.append((channel, message))
         await self.inner.publish(channel, message)
 
-    def flush(self) -> None:
-        self.inner.flush()
+    async def flush(self) -> None:
+        await self.inner.flush()
 
     def subscribe(self, *channels: str) -> AbstractAsyncContextManager[Subscription]:
         return self.inner.subscribe(*channels)

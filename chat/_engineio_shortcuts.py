@@ -1,0 +1,148 @@
+"""Every use of python-engineio's internals, in one place: writing a room's frames straight to each watcher's
+websocket.
+
+engine.io hands every packet to a socket's queue, and a writer task per socket waits on that queue through
+`asyncio.wait_for` (a new task on every wake) before writing. For a room of 1,000 watchers that was 1,000 wakes
+and 1,000 new tasks per event, about half the web process's CPU in the fan-out, and the tasks lived long enough to
+reach the oldest GC generation: full collections stopped the loop for 100-600 ms, the paced p99. Writing directly
+is kept because the bench's alternating pairs show it buys more than 30 % on the chat fan-out's figures
+(bench/README.md, issue 21); engine.io has no public way to do it.
+
+What it relies on, as read in python-engineio 4.15 (pyproject.toml caps it below 4.16 for this module; read this
+code again before widening the range), each pinned by tests/chat/test_library_shortcuts.py:
+
+- `engineio.async_drivers.asgi.WebSocket(handler, server)`, awaited with the environ, with a `send(frame)`
+  coroutine that performs the ASGI send; the handler engine.io passes is a bound method of its `AsyncSocket`;
+- `AsyncServer._async["websocket"]`: the class engine.io instantiates for each websocket (the module-level
+  drivers table, copied here before replacing it);
+- `AsyncServer.sockets` (engine.io sid -> socket) and `AsyncSocket.connected / closing / closed`;
+- `engineio.packet.Packet(MESSAGE, data).encode()`: a MESSAGE frame as engine.io writes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import types
+import weakref
+from collections import deque
+from collections.abc import Coroutine, Generator
+from typing import Any
+
+from engineio import packet as eio_packet  # type: ignore[import-untyped]
+from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
+
+log = logging.getLogger("chat.fanout")
+
+Packet = eio_packet.Packet
+MESSAGE = eio_packet.MESSAGE
+
+
+class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
+    """engine.io's ASGI websocket, which the room's events may also be written to directly.
+
+    engine.io hands every packet to a socket's queue, and a writer task per socket waits on that queue through
+    `asyncio.wait_for` (a new task on every wake) before writing. For a room of 1,000 watchers that is 1,000
+    wakes and 1,000 new tasks per event, about half the web process's CPU in the fan-out, and the tasks live
+    until the next event, long enough to reach the oldest GC generation: full collections ran every 1.5 s and
+    stopped the loop for 100-600 ms, which was the paced p99 (bench/README.md). `deliver` writes a frame at
+    once instead, without waiting and in order; engine.io's own packets (pings, answers) keep its queue.
+
+    """
+
+    def __init__(self, handler: Any, server: Any) -> None:
+        super().__init__(handler, server)
+        self._socket = getattr(handler, "__self__", None)
+        # Frames that arrived while an earlier write waited for the transport (flow control); None when idle.
+        self._backlog: deque[str | bytes] | None = None
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def __call__(self, environ: dict[str, Any]) -> Any:
+        socket = self._socket
+        # Only a socket that is websocket from its handshake: one upgrading from polling may still have packets
+        # in its queue for the polling transport, and those must not be overtaken.
+        direct = socket is not None and not socket.connected
+        if direct:
+            _DIRECT[socket] = self
+        try:
+            return await super().__call__(environ)
+        finally:
+            if direct:
+                _DIRECT.pop(socket, None)
+            if self._drainer is not None:
+                self._drainer.cancel()
+
+    def deliver(self, frame: str | bytes) -> None:
+        """Write a frame now, or after the frames already waiting for this socket; never waits itself, so one
+        slow watcher holds up no other. A failure of an immediate write is raised to the caller."""
+        if self._backlog is not None:
+            self._backlog.append(frame)
+            return
+        sending = self.send(frame)
+        try:
+            # The ASGI send runs to its end here unless the server must wait before writing (uvicorn waits
+            # while the transport has paused writing). That is the common case: no task, no wake-up.
+            waiting_on = sending.send(None)
+        except StopIteration:
+            return
+        except BaseException:
+            sending.close()
+            raise
+        self._backlog = deque()
+        self._drainer = asyncio.ensure_future(self._drain(sending, waiting_on))
+
+    async def _drain(self, sending: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+        try:
+            await _carry_on(sending, waiting_on)
+            while self._backlog:
+                await self.send(self._backlog.popleft())
+        except Exception:
+            log.info("chat: a watcher's socket failed while writing; its reader will close it", exc_info=True)
+        finally:
+            self._backlog = None
+            self._drainer = None
+
+
+@types.coroutine
+def _carry_on(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
+    """Finish, inside a task, a coroutine that was stepped by hand and stopped at `waiting_on`.
+
+    It yields what the coroutine yielded, so the task waits on that, then passes on what the task sends or
+    throws (cancellation) exactly as `await` would have."""
+    while True:
+        try:
+            value = yield waiting_on
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            waiting_on = coro.send(value)
+        except StopIteration:
+            return
+
+
+# engine.io socket -> its websocket, for sockets that take direct writes; dropped with the socket.
+_DIRECT: weakref.WeakKeyDictionary[Any, DirectWebSocket] = weakref.WeakKeyDictionary()
+
+
+def use_direct_websockets(eio: Any) -> None:
+    """Make `eio` (an engine.io AsyncServer on ASGI) open its websockets as `DirectWebSocket`s."""
+    drivers = getattr(eio, "_async", None)
+    if isinstance(drivers, dict) and drivers.get("websocket") is eio_asgi.WebSocket:
+        # A copy: the drivers table is engine.io's module-level dict, shared by every server in the process.
+        eio._async = {**drivers, "websocket": DirectWebSocket}
+
+
+def direct_to(eio: Any, eio_sid: str) -> DirectWebSocket | None:
+    """The websocket that takes direct writes for this engine.io session, if it does."""
+    sockets = getattr(eio, "sockets", None)
+    socket = sockets.get(eio_sid) if isinstance(sockets, dict) else None
+    if socket is None or socket.closing or socket.closed:
+        return None
+    return _DIRECT.get(socket)

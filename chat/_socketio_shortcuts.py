@@ -1,0 +1,144 @@
+"""Every use of python-socketio's internals, in one place: delivering to a room in turn, listening to Redis as
+the service's other subscriptions do, and publishing what `AsyncPubSubManager.emit` publishes.
+
+Kept because the bench's alternating pairs show in-turn delivery buys more than 30 % on the chat fan-out's figures
+(bench/README.md, issue 21); python-socketio has no public way to send one encoded packet to many sockets.
+
+What it relies on, as read in python-socketio 5.18 (pyproject.toml caps it below 5.19 for this module; read this
+code again before widening the range), each pinned by tests/chat/test_library_shortcuts.py:
+
+- `AsyncServer._send_eio_packet(eio_sid, packet)` and `AsyncServer.packet_class`;
+- `AsyncRedisManager._redis_listen_with_retries()` (the async iterator its listener reads), `_redis_connect()`,
+  and its `redis` and `pubsub` attributes;
+- the form of the message `AsyncPubSubManager.emit` publishes and `_handle_emit` reads (`pubsub_emit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import socketio
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from socketio import packet as sio_packet
+
+from chat._engineio_shortcuts import MESSAGE, Packet, direct_to, use_direct_websockets
+from core.reconnect import Reconnecting
+
+log = logging.getLogger("chat.fanout")
+
+
+def pubsub_emit(manager: socketio.AsyncPubSubManager, event: str, namespace: str, room: str, data: Any) -> Any:
+    """What `manager.emit(event, data, namespace=…, room=…)` publishes, for every web process's manager to
+    deliver as its own."""
+    return {
+        "method": "emit",
+        "event": event,
+        "data": [data],
+        "binary": False,  # JSON from our own event rows
+        "namespace": namespace,
+        "room": room,
+        "skip_sid": None,
+        "callback": None,
+        "host_id": manager.host_id,
+    }
+
+
+class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
+    """Local delivery to a room without a task per recipient.
+
+    python-socketio's manager starts one asyncio task per recipient for every message and waits for them all;
+    for a room of 1,000 watchers that bookkeeping, not the sending, is most of the cost. Handing a packet to a
+    socket only puts it on that socket's unbounded queue, so doing it in turn is just as fair, keeps each
+    watcher's order, and measured (bench/chat_fanout.py) four to five times the deliveries per second. A
+    websocket's frames are written directly (DirectWebSocket), other transports' go through engine.io. One
+    recipient's failure is logged and skips only that recipient. Emits with a callback keep the library's path.
+    """
+
+    def set_server(self, server: Any) -> None:
+        super().set_server(server)
+        use_direct_websockets(getattr(server, "eio", None))
+
+    async def emit(
+        self,
+        event: str,
+        data: Any,
+        namespace: str,
+        room: str | None = None,
+        skip_sid: Any = None,
+        callback: Any = None,
+        to: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        room = to or room
+        send = getattr(self.server, "_send_eio_packet", None)
+        if callback is not None or send is None or namespace not in self.rooms:
+            await super().emit(event, data, namespace, room=room, skip_sid=skip_sid, callback=callback, **kwargs)
+            return
+        skip = skip_sid if isinstance(skip_sid, list) else [skip_sid]
+        recipients = [(sid, eio_sid) for sid, eio_sid in self.get_participants(namespace, room) if sid not in skip]
+        if not recipients:
+            return  # most events of most executions: nobody is watching, nothing to encode
+        args = list(data) if isinstance(data, tuple) else ([] if data is None else [data])
+        # Encoded once for the whole room, as the library does.
+        encoded = self.server.packet_class(sio_packet.EVENT, namespace=namespace, data=[event, *args]).encode()
+        parts = encoded if isinstance(encoded, list) else [encoded]
+        frames = [Packet(MESSAGE, part) for part in parts]
+        wire = [frame.encode() for frame in frames]
+        eio = getattr(self.server, "eio", None)
+        for sid, eio_sid in recipients:
+            ws = direct_to(eio, eio_sid)
+            if ws is not None:
+                try:
+                    for data in wire:
+                        ws.deliver(data)
+                except Exception:
+                    log.warning("chat: could not send to %s", sid, exc_info=True)
+                continue
+            for frame in frames:
+                try:
+                    await send(eio_sid, frame)
+                except Exception:
+                    log.warning("chat: could not send to %s", sid, exc_info=True)
+
+
+class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: ignore[misc]
+    """Rooms shared through Redis; what arrives is delivered locally in turn (the MRO puts InTurnDelivery's
+    emit under the pub/sub manager's own, which publishes, then delivers here).
+
+    Its listener keeps its subscription up as every other Redis subscription here does (core/reconnect.py).
+    python-socketio's own loop logged an error on every failed attempt, waited up to a minute between them, never
+    said when it was back, and left each lost subscription's connection open; and redis-py's retries, which
+    resubscribe behind the caller's back, are off (no retries: a lost connection is raised, and counted here).
+    """
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, redis_options={"retry": Retry(NoBackoff(), 0)})
+        self._reconnecting = Reconnecting(
+            "the chat's Socket.IO listener", "live events from other processes are missed (watchers catch up by seq)"
+        )
+
+    async def _redis_listen_with_retries(self) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            if self.redis is None:
+                self._redis_connect()
+            # A pubsub of its own each time, on the one client's pool: the manager's publishes share that client.
+            pubsub = self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.channel)
+                self._reconnecting.subscribed()
+                async for message in pubsub.listen():
+                    yield message
+                raise RedisConnectionError("the subscription ended")  # listen() ends only once unsubscribed
+            except Exception as exc:
+                delay = self._reconnecting.failed(exc)
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # its connection, reconnected by redis-py on the way out, goes too
+                await asyncio.sleep(delay)
+
+
