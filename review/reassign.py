@@ -6,31 +6,14 @@ no moment when a waiting checkpoint has a reviewer who was never told about it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.ids import new_id
-from core.models import Checkpoint, Event, Execution
+from core.models import Checkpoint, Execution
 from core.settings import Settings
-from core.vocabulary import EventType
 from review.links import spend_links_of_others
 from review.notify import queue_review_mail
-
-
-async def _next_action(session: AsyncSession, checkpoint: Checkpoint) -> dict[str, Any] | None:
-    """What the agent proposed when this attempt started waiting (the pause's event holds it)."""
-    rows = await session.scalars(
-        sa.select(Event.payload)
-        .where(Event.execution_id == checkpoint.execution_id, Event.type == EventType.CHECKPOINT_AWAITING_REVIEW)
-        .order_by(Event.seq.desc())
-    )
-    for payload in rows:
-        if payload.get("checkpointId") == checkpoint.id and payload.get("attempt", 1) == checkpoint.attempt:
-            action = payload.get("nextAction")
-            return action if isinstance(action, dict) else None
-    return None
 
 
 async def reviewer_replaced(session: AsyncSession, settings: Settings, execution: Execution) -> int:
@@ -48,7 +31,7 @@ async def reviewer_replaced(session: AsyncSession, settings: Settings, execution
         # A key of its own: a reviewer named again (A → B → A) gets fresh links, not the spent ones' mail.
         key = f"review:{checkpoint.id}:{checkpoint.attempt}:reassigned:{new_id('ra')}"
         await queue_review_mail(
-            session, settings, execution, checkpoint, reviewer, await _next_action(session, checkpoint), key=key
+            session, settings, execution, checkpoint, reviewer, checkpoint.next_action, key=key
         )
         queued += 1
     return queued

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import email.message
 import logging
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,18 +23,16 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from vouch_client.cli import checkpoints as checkpoints_cli
 
-from core.accounts import user_by_email
 from core.ids import new_id
 from core.links import chat_view_token
-from core.models import Checkpoint, Decision, Execution, MailMessage, ReviewLink, ReviewTimer, WebSession, utcnow
+from core.models import Checkpoint, Decision, Execution, MailMessage, ReviewLink, ReviewTimer, utcnow
 from core.settings import Settings
-from core.web.sessions import IDLE_LIFETIME, SESSION_COOKIE, token_digest
 from review.inbound import InboundListener
 from review.notify import checkpoint_awaiting, reply_address
 from review.timers import process_due_timers
 from tests.api.helpers import account, decision_path
 from tests.api.rows import insert_execution
-from tests.chat.helpers import Watcher
+from tests.chat.helpers import Watcher, sign_in
 from tests.conftest import Account, Service, bearer
 from tests.review.mail_support import REPLY_TAG, chat_link_in, links_in
 from tests.support.live import live_server
@@ -46,6 +43,12 @@ OWNER, RITA, ANDY, BOB, XAVI = (
     "olga@example.com", "rita@example.com", "andy@example.com", "bob@example.com", "xavi@example.com",
 )  # fmt: skip
 ORIGIN = "http://vouch.test"
+ACTION = {
+    "tool": "send_email",
+    "args": {"to": "press@acme.example", "subject": "Launch", "body": "We launch today."},
+    "instruction": "send an e-mail to press@acme.example with subject 'Launch'",
+    "editable": False,
+}
 
 
 @dataclass
@@ -82,23 +85,10 @@ class World:
 
 
 async def _person(service: Service, email: str) -> Person:
+    """A user with an API key and a signed-in browser session (its cookie and CSRF token)."""
     acct = await account(service, email, "eval:manage")
-    token, csrf = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-    now = utcnow()
-    async with service.db.transaction() as session:
-        user = await user_by_email(session, email)
-        assert user is not None
-        session.add(
-            WebSession(
-                id=token_digest(service.settings.secret_key, "session", token),
-                user_id=user.id,
-                csrf_token=csrf,
-                created_at=now,
-                last_seen_at=now,
-                expires_at=now + IDLE_LIFETIME,
-            )
-        )
-    return Person(acct, f"{SESSION_COOKIE}={token}", csrf)
+    cookie, csrf = await sign_in(service.db, service.settings.secret_key, email)
+    return Person(acct, cookie, csrf)
 
 
 def _tokens(mail: MailMessage) -> Tokens:
@@ -128,7 +118,9 @@ async def new_case(world: World, *, escalated: bool) -> Case:
     async with service.db.transaction() as session:
         await session.execute(sa.update(Execution).where(Execution.id == execution_id).values(backup_reviewer=BOB))
         checkpoint = await session.get_one(Checkpoint, checkpoint_id)
-        await checkpoint_awaiting(session, service.settings, execution_id, checkpoint, None)
+        # As the runner's pause leaves it: the action the checkpoint holds back, on the row and in the mail.
+        checkpoint.next_action = ACTION
+        await checkpoint_awaiting(session, service.settings, execution_id, checkpoint, ACTION)
         if escalated:
             session.add(
                 ReviewTimer(
@@ -376,6 +368,8 @@ async def test_the_replaced_reviewer_is_told_nothing_and_the_new_one_everything(
     assert "rt=" not in page.text and "/review/link/" not in page.text
     mail = await _mail(world.service, case.execution_id, RITA)
     assert mail.subject.startswith("Review needed: Inserted — stage 0")
+    # The new reviewer sees the exact action the checkpoint holds back, as the first reviewer did.
+    assert "press@acme.example" in mail.text_body and "We launch today." in mail.text_body
     rita_page = await browser.get(case.rita.approve)
     assert rita_page.status == 200 and RITA in rita_page.text
 
