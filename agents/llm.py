@@ -7,9 +7,10 @@ any worker can resume the conversation where the last one stopped.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic_ai.direct import model_request
+from pydantic_ai.direct import model_request, model_request_stream
 from pydantic_ai.exceptions import (
     ContentFilterError,
     ModelAPIError,
@@ -25,7 +26,10 @@ from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
+    PartDeltaEvent,
+    PartStartEvent,
     TextPart,
+    TextPartDelta,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -125,15 +129,28 @@ def nudge(text: str) -> ModelRequest:
     return ModelRequest(parts=[UserPromptPart(text)])
 
 
-async def ask(model: Model, messages: list[ModelMessage], retries: int) -> ModelResponse:
+# Hears each piece of the answer's text as the model writes it.
+TextListener = Callable[[str], Awaitable[None]]
+
+
+async def ask(
+    model: Model, messages: list[ModelMessage], retries: int, on_text: TextListener | None = None
+) -> ModelResponse:
     """One request; a failure ends the run with its code (core/errors.py). `retries` is what the client was
-    built with (providers.py), named in the error."""
+    built with (providers.py), named in the error. With `on_text`, the answer is streamed and each piece of its
+    text handed over as it arrives; the response returned is the same whole one either way."""
+    parameters = ModelRequestParameters(function_tools=tool_definitions(), allow_text_output=True)
     try:
-        return await model_request(
-            model,
-            messages,
-            model_request_parameters=ModelRequestParameters(function_tools=tool_definitions(), allow_text_output=True),
-        )
+        if on_text is None:
+            return await model_request(model, messages, model_request_parameters=parameters)
+        async with model_request_stream(model, messages, model_request_parameters=parameters) as stream:
+            async for event in stream:
+                if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart) and event.part.content:
+                    await on_text(event.part.content)
+                elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                    if event.delta.content_delta:
+                        await on_text(event.delta.content_delta)
+            return stream.get()
     except ContentFilterError as exc:
         detail = f"the provider's content filter stopped the answer: {exc}"
         raise ExecutionFailed(FailureCode.MODEL_REFUSED, detail) from exc

@@ -30,6 +30,7 @@ from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
 from core.events import append_events
+from core.ids import new_id
 from core.models import Checkpoint, ToolCall
 from core.vocabulary import EventType
 
@@ -58,7 +59,9 @@ class ModelDriver:
     async def _ask_model(self, state: dict[str, Any]) -> bool:
         runner = self.runner
         began = time.perf_counter()
-        response = await llm.ask(self.model, llm.load(state["messages"]), runner.settings.agent_request_retries)
+        response = await llm.ask(
+            self.model, llm.load(state["messages"]), runner.settings.agent_request_retries, self._streamer()
+        )
         elapsed = time.perf_counter() - began
         usage = llm.usage_of(response, runner.settings.model_profile(state["model"]))
         calls = llm.calls_of(response)
@@ -95,6 +98,19 @@ class ModelDriver:
             detail = f"the model answered {state['unusable']} times in a row with nothing usable ({unusable})"
             raise ExecutionFailed(FailureCode.MODEL_REFUSED, detail)
         return True
+
+    def _streamer(self) -> llm.TextListener:
+        """Hands the answer's text, piece by piece as the model writes it, to whoever watches live (the chat's
+        `delta`s, core.db `send_live`); nothing of it is stored: the agent.message event below is the record."""
+        stream, index = new_id("stream"), 0
+
+        async def piece(text: str) -> None:
+            nonlocal index
+            live = {"executionId": self.execution_id, "stream": stream, "index": index, "text": text}
+            await self.runner.db.send_live(live)
+            index += 1
+
+        return piece
 
     async def _answer_call(self, state: dict[str, Any]) -> bool:
         runner = self.runner

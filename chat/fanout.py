@@ -30,8 +30,10 @@ from core.redis_bus import RedisPublisher
 log = logging.getLogger(__name__)
 
 NAMESPACE = "/chat"
-# The one server-to-client event name: an event row's wire message.
+# The server-to-client event names: an event row's wire message, and the model's text while it is being
+# written ({executionId, stream, index, text}: never stored, never replayed; the stored agent.message follows).
 EVENT = "event"
+DELTA = "delta"
 
 
 def room_of(execution_id: str) -> str:
@@ -52,6 +54,9 @@ class RoomSink:
     async def __call__(self, message: dict[str, Any]) -> None:
         await self._emitter.emit(EVENT, message, namespace=NAMESPACE, room=room_of(message["executionId"]))
 
+    async def live(self, message: dict[str, Any]) -> None:
+        await self._emitter.emit(DELTA, message, namespace=NAMESPACE, room=room_of(message["executionId"]))
+
 
 class QueuedRoomSink:
     """The event sink of a process whose Socket.IO manager is shared through Redis (a web process with Redis, or
@@ -69,21 +74,31 @@ class QueuedRoomSink:
     def __init__(self, manager: socketio.AsyncPubSubManager, publisher: RedisPublisher, *, local: bool) -> None:
         self._manager = manager
         self._publisher = publisher
-        self._local: SentInOrder[dict[str, Any]] | None = SentInOrder(self._emit, "chat-emitter") if local else None
+        # (event name, message): events and deltas leave in the one order they were put.
+        self._local: SentInOrder[tuple[str, dict[str, Any]]] | None = (
+            SentInOrder(self._emit, "chat-emitter") if local else None
+        )
 
     async def __call__(self, message: dict[str, Any]) -> None:
+        self._send(EVENT, message)
+
+    async def live(self, message: dict[str, Any]) -> None:
+        self._send(DELTA, message)
+
+    def _send(self, name: str, message: dict[str, Any]) -> None:
         if self._local is not None:
-            self._local.put(message)
-        published = pubsub_emit(self._manager, EVENT, NAMESPACE, room_of(message["executionId"]), message)
+            self._local.put((name, message))
+        published = pubsub_emit(self._manager, name, NAMESPACE, room_of(message["executionId"]), message)
         self._publisher.publish(self._manager.channel, self._manager.json.dumps(published))
 
-    async def _emit(self, batch: list[dict[str, Any]]) -> None:
-        for message in batch:
+    async def _emit(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        for name, message in batch:
             try:
                 room = room_of(message["executionId"])
-                await self._manager.emit(EVENT, message, namespace=NAMESPACE, room=room, ignore_queue=True)
+                await self._manager.emit(name, message, namespace=NAMESPACE, room=room, ignore_queue=True)
             except Exception:
-                log.warning("chat: emitting %s seq %s failed", message["executionId"], message["seq"], exc_info=True)
+                log.warning("chat: emitting %s %s seq %s failed", name, message["executionId"], message.get("seq"),
+                            exc_info=True)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Deliver to this process's rooms what was put so far (waiting at most `timeout` seconds). What went to

@@ -19,10 +19,19 @@ from core.web.sessions import current_viewer, signin_url
 
 blueprint = Blueprint("chat", __name__)
 
-# The socket.io browser client comes from npm at set-up (package.json pins it) and is served from
-# node_modules as it is: nothing vendored into the repository, nothing to copy.
-VENDOR_DIR = Path(__file__).resolve().parent.parent / "node_modules" / "socket.io-client" / "dist"
-VENDOR_FILES = frozenset({"socket.io.min.js", "socket.io.min.js.map"})
+# The browser libraries come from npm at set-up (package.json and package-lock.json pin them) and are served from
+# node_modules as they are: nothing vendored into the repository, nothing to copy. Each name maps to its file.
+NODE_MODULES = Path(__file__).resolve().parent.parent / "node_modules"
+VENDOR_FILES: dict[str, Path] = {
+    name: NODE_MODULES / package / name
+    for package, names in (
+        ("socket.io-client/dist", ("socket.io.min.js", "socket.io.min.js.map")),
+        # The chat's Markdown: marked turns the agent's text into HTML, DOMPurify keeps only what is safe of it.
+        ("marked/lib", ("marked.esm.js", "marked.esm.js.map")),
+        ("dompurify/dist", ("purify.es.mjs", "purify.es.mjs.map")),
+    )
+    for name in names
+}
 
 # No inline script or style; sockets and fetches to our own origin only ('self' covers ws: and wss: there).
 CSP = (
@@ -102,9 +111,10 @@ async def chat_page(execution_id: str) -> tuple[str, int] | str:
 
 @blueprint.get("/vendor/<name>")
 async def vendor(name: str) -> Response:
-    if name not in VENDOR_FILES:
+    path = VENDOR_FILES.get(name)
+    if path is None:
         abort(404)
-    response = await send_from_directory(VENDOR_DIR, name)
+    response = await send_from_directory(path.parent, path.name)
     response.cache_control.public = True
     response.cache_control.max_age = 3600
     return response

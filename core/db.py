@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -28,6 +28,14 @@ _MORE_TO_WRITE = "vouch_more_to_write"
 # the process's composition root (the web app emits into Socket.IO rooms, a worker into Redis), so core
 # needs to know nothing of who listens.
 EventSink = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@runtime_checkable
+class LiveSink(Protocol):
+    """An event sink that also carries what is never stored: the model's text while it is being written
+    (`Database.send_live`). The chat's sinks are; a sink that is not simply never hears of it."""
+
+    async def live(self, message: dict[str, Any]) -> None: ...
 
 
 # A pooled connection unused for this long is pinged before it is handed out.
@@ -128,6 +136,16 @@ class Database:
     def remove_event_sink(self, sink: EventSink) -> None:
         if sink in self._event_sinks:
             self._event_sinks.remove(sink)
+
+    async def send_live(self, message: dict[str, Any]) -> None:
+        """Hand a message that is no event row (no seq, never replayed) to the sinks that carry such messages.
+        Best effort: a watcher who misses it loses a moment's view, never a fact (the stored event follows)."""
+        for sink in tuple(self._event_sinks):
+            if isinstance(sink, LiveSink):
+                try:
+                    await sink.live(message)
+                except Exception:
+                    log.debug("live message to %s failed", message.get("executionId"), exc_info=True)
 
     def session(self, *, write: bool) -> AsyncSession:
         """A session; the caller owns its one commit point (`commit`)."""

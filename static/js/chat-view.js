@@ -1,8 +1,10 @@
 // The chat page's items: how one event becomes (or updates) an item in the feed, the status line and the
 // cards. Items are clones of the page's own <template>s (the Jinja macros that rendered the history), filled
-// through textContent only: nothing from an event is ever parsed as HTML. It follows the folding rules of
-// chat/conversation.py; keep the two in step. chat.js owns ordering, the socket and scrolling.
+// through textContent only: nothing from an event is ever parsed as HTML, except the agent's own text, which
+// markdown.js renders and sanitises. It follows the folding rules of chat/conversation.py; keep the two in step.
+// chat.js owns ordering, the socket and scrolling.
 "use strict";
+import { renderMarkdown } from "./markdown.js";
 
 const STATUS_TEXT = {
   queued: "Queued: waiting for a worker",
@@ -18,6 +20,17 @@ const VOCABULARY = JSON.parse(document.getElementById("vocabulary").textContent)
 const EVENT = VOCABULARY.eventTypes;
 // execution.completed → completed, …: the event that ends a run, and the status it ends in.
 const OUTCOMES = VOCABULARY.outcomes;
+// The tab's title leads with the state, so a background tab says when it needs you.
+const TITLE_STATE = {
+  queued: "Queued",
+  running: "Running",
+  awaiting_review: "Waiting for review",
+  completed: "Completed",
+  failed: "Failed",
+  rejected: "Rejected",
+  cancelled: "Cancelled",
+};
+const NOTIFY_KEY = "vouch.notify";
 const OUTCOME_TITLES = {
   completed: "Task completed",
   failed: "Task failed",
@@ -148,6 +161,7 @@ export function createView(root, needState) {
   const statusBar = document.getElementById("statusbar");
   const statusText = document.getElementById("status-text");
   const conn = document.getElementById("conn");
+  const taskName = document.getElementById("task-name").textContent;
   const tools = new Map();
   const cards = new Map();
   const view = {
@@ -166,6 +180,101 @@ export function createView(root, needState) {
     root.dataset.status = status;
     view.final = ["completed", "failed", "rejected", "cancelled"].includes(status);
     root.dataset.final = String(view.final);
+    setTitle();
+  }
+
+  function setTitle() {
+    const status = root.dataset.status;
+    const state = status === "awaiting_review" && view.canDecide ? "Waiting for your review" : TITLE_STATE[status];
+    document.title = [state, taskName, "Vouch"].filter(Boolean).join(" · ");
+  }
+
+  // ---- the model's text as it is written: one bubble per answer, gone when the stored message arrives -------
+
+  let streaming = null;
+  const closedStreams = new Set();
+
+  function endStream() {
+    if (streaming) {
+      closedStreams.add(streaming.id);
+      streaming.element.remove();
+      streaming = null;
+    }
+  }
+
+  // A delta ({stream, index, text}) is never stored: the stored agent.message replaces the whole bubble, so a
+  // delta lost or late costs nothing but a moment's view.
+  function streamText(delta) {
+    if (!delta || typeof delta.stream !== "string" || typeof delta.text !== "string" || view.final) {
+      return false;
+    }
+    if (closedStreams.has(delta.stream)) {
+      return false;
+    }
+    if (!streaming || streaming.id !== delta.stream) {
+      endStream();
+      const element = document.getElementById("tpl-message").content.firstElementChild.cloneNode(true);
+      element.classList.add("streaming");
+      element.removeAttribute("data-seq");
+      element.querySelector('time[data-slot="at"]').remove();
+      streaming = { id: delta.stream, element, text: "", next: 0, drawn: false };
+      feed.appendChild(element);
+    }
+    if (delta.index < streaming.next) {
+      return false; // a repeat
+    }
+    // One lost on the way leaves a gap for a moment: the stored message will say it all.
+    streaming.next = delta.index + 1;
+    streaming.text += delta.text;
+    if (!streaming.drawn) {
+      // Rendered once per frame, however many tokens arrive in it.
+      streaming.drawn = true;
+      const current = streaming;
+      requestAnimationFrame(() => {
+        current.drawn = false;
+        renderMarkdown(slot(current.element, "text"), current.text);
+      });
+    }
+    return true;
+  }
+
+  // ---- a card that starts waiting for you: an opt-in browser notification ---------------------------------
+
+  const notifyButton = document.getElementById("notify");
+
+  function notifyWanted() {
+    return "Notification" in window && Notification.permission === "granted" && localStorage.getItem(NOTIFY_KEY) === "on";
+  }
+
+  function showNotifyButton() {
+    if (!notifyButton) return;
+    notifyButton.hidden = !("Notification" in window) || !view.canDecide || view.final;
+    const on = notifyWanted();
+    notifyButton.setAttribute("aria-pressed", String(on));
+    notifyButton.textContent = on ? "Notifications on" : "Notify me when a review waits";
+  }
+
+  if (notifyButton) {
+    notifyButton.addEventListener("click", async () => {
+      if (notifyWanted()) {
+        localStorage.setItem(NOTIFY_KEY, "off");
+      } else {
+        const permission = await Notification.requestPermission();
+        localStorage.setItem(NOTIFY_KEY, permission === "granted" ? "on" : "off");
+      }
+      showNotifyButton();
+    });
+  }
+
+  function notifyWaiting(stage) {
+    if (!view.canDecide || !notifyWanted()) {
+      return;
+    }
+    const note = new Notification("Waiting for your review", { body: `${stage} · ${taskName}`, tag: root.dataset.executionId });
+    note.addEventListener("click", () => {
+      window.focus();
+      note.close();
+    });
   }
 
   function setConn(state, text) {
@@ -185,10 +294,18 @@ export function createView(root, needState) {
       fill(card, "stateText", "Not decided");
     }
     fill(card, "reviewer", view.reviewer || "the reviewer");
+    // Focusable while it waits for this reader, for its keys (a: approve, r: reject): chat.js listens.
+    if (open && view.canDecide) {
+      card.querySelector(".checkpoint").tabIndex = 0;
+    } else {
+      card.querySelector(".checkpoint").removeAttribute("tabindex");
+    }
   }
 
   function refreshCards() {
     cards.forEach(refreshCard);
+    showNotifyButton();
+    setTitle();
   }
 
   function markDecided(card, decision) {
@@ -280,9 +397,13 @@ export function createView(root, needState) {
     const type = message.type;
     const payload = message.payload || {};
     let element = null;
+    if (type === EVENT.AGENT_MESSAGE || type === EVENT.MODEL_REQUEST || OUTCOMES[type]) {
+      // The stored answer (or the end) is here: the bubble that showed it being written goes.
+      endStream();
+    }
     if (type === EVENT.AGENT_MESSAGE) {
       element = fromTemplate("message", message);
-      fill(element, "text", payload.text);
+      renderMarkdown(slot(element, "text"), payload.text);
     } else if (type === EVENT.TOOL_CALL) {
       element = fromTemplate("tool", message);
       element.dataset.toolCallId = payload.toolCallId;
@@ -322,6 +443,7 @@ export function createView(root, needState) {
       cards.set(payload.checkpointId, element);
       refreshCard(element);
       setStatus("awaiting_review");
+      notifyWaiting(payload.stage);
     } else if (type === EVENT.CHECKPOINT_DECIDED && payload.via !== "auto") {
       const card = cards.get(payload.checkpointId);
       if (card) {
@@ -376,12 +498,17 @@ export function createView(root, needState) {
     if (element) {
       feed.appendChild(element);
     }
+    if (streaming) {
+      // Still being written: it stays the last thing in the feed.
+      feed.appendChild(streaming.element);
+    }
     return element;
   }
 
   feed.querySelectorAll("[data-tool-call-id]").forEach((element) => tools.set(element.dataset.toolCallId, element));
   feed.querySelectorAll("[data-checkpoint-id]").forEach((element) => cards.set(element.dataset.checkpointId, element));
   document.querySelectorAll("time[datetime]").forEach(localizeTime);
+  feed.querySelectorAll('.item.message [data-slot="text"]').forEach((text) => renderMarkdown(text, text.textContent));
   refreshCards();
-  return Object.assign(view, { render, setStatus, setConn, refreshCards, markDecided, setMetrics });
+  return Object.assign(view, { render, setStatus, setConn, refreshCards, markDecided, setMetrics, streamText });
 }

@@ -233,6 +233,14 @@ import { createView, slot } from "./chat-view.js";
       view.setConn("offline", "Reconnecting…");
     });
     socket.on("event", (message) => ingest([message]));
+    socket.on("delta", (delta) => {
+      if (delta && delta.executionId === executionId) {
+        const stick = atBottom();
+        if (view.streamText(delta) && stick) {
+          toBottom(false);
+        }
+      }
+    });
     setInterval(() => {
       if (!view.final && !joining) {
         join();
@@ -251,6 +259,36 @@ import { createView, slot } from "./chat-view.js";
     const decision = event.submitter ? event.submitter.value : null;
     if ((decision === "approve" || decision === "reject") && socket && socket.connected) {
       decide(form, decision);
+    }
+  });
+  // Keys on a focused card that waits for this reader: a approves, r opens the comment to say why it is rejected
+  // (then Ctrl+Enter or the Reject button sends it). Never while typing in a field.
+  document.getElementById("feed").addEventListener("keydown", (event) => {
+    const article = event.target.closest(".checkpoint");
+    if (!article || event.ctrlKey || event.metaKey || event.altKey) {
+      if (article && event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.name === "comment") {
+        const form = event.target.form;
+        if (form.dataset.intent === "reject" && socket && socket.connected) {
+          event.preventDefault();
+          decide(form, "reject");
+        }
+      }
+      return;
+    }
+    if (event.target !== article) {
+      return;
+    }
+    const form = article.querySelector("form.cp-form");
+    if (!form || form.hidden) {
+      return;
+    }
+    if (event.key === "a" && socket && socket.connected) {
+      event.preventDefault();
+      decide(form, "approve");
+    } else if (event.key === "r") {
+      event.preventDefault();
+      form.dataset.intent = "reject";
+      form.elements.comment.focus();
     }
   });
   pill.addEventListener("click", () => {

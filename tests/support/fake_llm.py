@@ -5,13 +5,18 @@ Each scripted turn is a function of the request body (the messages the agent sen
 headers (so a test can see which key the client sent).
 
 It speaks both wire formats: OpenAI's chat completions (POST /v1/chat/completions) and Anthropic's Messages
-API (POST /v1/messages, tool_use blocks, usage as input_tokens/output_tokens), each from the same script.
+API (POST /v1/messages, tool_use blocks, usage as input_tokens/output_tokens), each from the same script, and
+each either whole or streamed (server-sent events, as the providers send them when the request says `stream`):
+streamed, the text leaves a word at a time, and an answer with `hold` stops after `hold_after` words until the
+test sets it, so a test can look at the world while the model is still writing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -33,6 +38,14 @@ class Answer:
     # OpenAI's `refusal` (the model declined), and a finish reason other than the usual one ("length": cut off).
     refusal: str | None = None
     finish_reason: str | None = None
+    # Streamed only: the words after the first `hold_after` wait until the test sets `hold`.
+    hold: asyncio.Event | None = None
+    hold_after: int = 1
+
+
+def words(text: str) -> list[str]:
+    """The pieces a streamed text leaves in: a word and the space after it."""
+    return re.findall(r"\S+\s*|\s+", text)
 
 
 def call(tool: str, **args: Any) -> Answer:
@@ -85,7 +98,71 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
             return server.script.pop(0)(body)
         return server.then(body) if server.then is not None else None
 
-    async def completions(request: web.Request) -> web.Response:
+    async def sse(request: web.Request, events: Any) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        async for name, data in events:
+            head = f"event: {name}\n" if name else ""
+            await response.write(f"{head}data: {data if isinstance(data, str) else json.dumps(data)}\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def text_pieces(answer: Answer) -> AsyncIterator[tuple[int, str]]:
+        for n, piece in enumerate(words(answer.text or "")):
+            if answer.hold is not None and n == answer.hold_after:
+                await answer.hold.wait()
+            yield n, piece
+
+    async def completion_chunks(body: dict[str, Any], answer: Answer) -> AsyncIterator[tuple[str, Any]]:
+        ident, model = f"chatcmpl-{next(ids)}", body.get("model", "scripted")
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[str, Any]:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return "", {"id": ident, "object": "chat.completion.chunk", "created": 1, "model": model,
+                        "choices": [choice]}  # fmt: skip
+
+        yield chunk({"role": "assistant", "content": ""})
+        async for _, piece in text_pieces(answer):
+            yield chunk({"content": piece})
+        if answer.refusal:
+            yield chunk({"refusal": answer.refusal})
+        for index, (name, args) in enumerate(answer.tool_calls):
+            call = {"index": index, "id": f"call_{next(ids)}", "type": "function"}
+            yield chunk({"tool_calls": [{**call, "function": {"name": name, "arguments": json.dumps(args)}}]})
+        yield chunk({}, answer.finish_reason or ("tool_calls" if answer.tool_calls else "stop"))
+        prompt, completion = answer.usage
+        usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        yield "", {"id": ident, "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [],
+                   "usage": usage}  # fmt: skip
+        yield "", "[DONE]"
+
+    async def message_events(body: dict[str, Any], answer: Answer) -> AsyncIterator[tuple[str, Any]]:
+        prompt, completion = answer.usage
+        message = {"id": f"msg_{next(ids)}", "type": "message", "role": "assistant", "model": body.get("model"),
+                   "content": [], "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": prompt, "output_tokens": 0}}  # fmt: skip
+        yield "message_start", {"type": "message_start", "message": message}
+        index = 0
+        if answer.text:
+            yield "content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "text", "text": ""}}  # fmt: skip
+            async for _, piece in text_pieces(answer):
+                delta = {"type": "text_delta", "text": piece}
+                yield "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+            index = 1
+        for name, args in answer.tool_calls:
+            block = {"type": "tool_use", "id": f"toolu_{next(ids)}", "name": name, "input": {}}
+            yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(args)}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+            index += 1
+        stop = {"stop_reason": "tool_use" if answer.tool_calls else "end_turn", "stop_sequence": None}
+        yield "message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": completion}}
+        yield "message_stop", {"type": "message_stop"}
+
+    async def completions(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         answer = next_answer(request, body)
         if answer is None:
@@ -94,6 +171,8 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
             return web.json_response(
                 {"error": {"message": answer.error, "type": "scripted"}}, status=answer.status, headers=answer.headers
             )
+        if body.get("stream"):
+            return await sse(request, completion_chunks(body, answer))
         message: dict[str, Any] = {"role": "assistant", "content": answer.text, "refusal": answer.refusal}
         if answer.tool_calls:
             message["tool_calls"] = [
@@ -122,7 +201,7 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
             }
         )
 
-    async def messages(request: web.Request) -> web.Response:
+    async def messages(request: web.Request) -> web.StreamResponse:
         """Anthropic's Messages API, for the same script."""
         body = await request.json()
         answer = next_answer(request, body)
@@ -133,6 +212,8 @@ async def fake_llm(*turns: Answer | Turn, then: Turn | None = None) -> AsyncIter
                 status=status,
                 headers=answer.headers if answer is not None else {},
             )
+        if body.get("stream"):
+            return await sse(request, message_events(body, answer))
         content: list[dict[str, Any]] = [{"type": "text", "text": answer.text}] if answer.text else []
         content += [
             {"type": "tool_use", "id": f"toolu_{next(ids)}", "name": n, "input": a} for n, a in answer.tool_calls
