@@ -330,9 +330,12 @@ async def test_a_hostile_task_name_and_text_render_as_text(
     for attempt in ("live", "reloaded"):
         assert await page.text_content("#task-name") == XSS, attempt
         assert await page.locator("img").count() == 0, attempt
-        # socket.io.min.js and chat.js (a module), beside the vocabulary's JSON data block (never executed)
-        scripts = "[...document.scripts].map(s => s.type || 'text/javascript')"
-        assert sorted(await page.evaluate(scripts)) == ["application/json", "module", "text/javascript"]
+        # theme.js, socket.io.min.js and chat.js (a module), beside the vocabulary's JSON data block (never executed)
+        scripts = "[...document.scripts].map(s => [s.type || 'text/javascript', s.src && new URL(s.src).pathname])"
+        assert sorted(await page.evaluate(scripts)) == [
+            ["application/json", ""], ["module", "/static/js/chat.js"],
+            ["text/javascript", "/static/js/theme.js"], ["text/javascript", "/vendor/socket.io.min.js"],
+        ]  # fmt: skip
         detail = await page.locator(".outcome-card .outcome-detail").first.inner_text()
         assert "<script>alert(2)</script>" in detail, attempt  # the agent quotes what it did not understand
         await page.reload()
