@@ -19,9 +19,12 @@ from core.web.sessions import login_required, viewer
 blueprint = Blueprint("mailbox", __name__)
 
 PAGE_SIZE = 100
-# The mail's own links leave through the top window; nothing in it runs (no allow-scripts).
+# The mail's own links leave through the top window; nothing in it runs (no allow-scripts). Mail is styled inline
+# (what mail clients read), and the message's frame inherits this policy: inline styles are allowed here, scripts
+# are not, and nothing may load from elsewhere (img-src), so a style cannot carry anything off.
 CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "object-src 'none'; "
     "frame-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 

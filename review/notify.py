@@ -86,8 +86,11 @@ async def queue_review_mail(
     """Mint this attempt's links for `reviewer` and queue their mail under `key`, in the caller's transaction."""
     links = await mint_links(session, settings.secret_key, checkpoint, reviewer, settings.review_link_hours)
     base = base_url(settings)
-    if next_action is None:
-        next_action = {"tool": "finish", "instruction": "finish the task"}
+    # The action on record for this pause (review.pausing writes it on the row) is the one the mail shows.
+    next_action = checkpoint.next_action or next_action or {"tool": "finish", "instruction": "finish the task"}
+    # Replies are read only where the inbound listener runs (VOUCH_INBOUND_SMTP): without it the mail offers
+    # none, and carries no reply token in its subject (core.mail makes a Reply-To from that token).
+    replies = settings.inbound_smtp is not None
     context = {
         "execution": execution,
         "checkpoint": checkpoint,
@@ -101,12 +104,14 @@ async def queue_review_mail(
         "arguments": argument_lines(next_action.get("args") or {}),
         "inbox_url": f"{base}/review/inbox/{checkpoint.id}",
         "reads_comments": execution.reads_comments,
+        "replies": replies,
     }
     # one_line: names the API took before it refused control characters (issue 19) must not break the header.
     name, stage = one_line(execution.task_name), one_line(checkpoint.stage)
-    subject = f"Review needed: {name} — {stage} {subject_tag(links.reply)}"
+    tag = f" {subject_tag(links.reply)}" if replies else ""
+    subject = f"Review needed: {name} — {stage}{tag}"
     if checkpoint.attempt > 1:
-        subject = f"Review needed (attempt {checkpoint.attempt}): {name} — {stage} {subject_tag(links.reply)}"
+        subject = f"Review needed (attempt {checkpoint.attempt}): {name} — {stage}{tag}"
     return await enqueue_mail(
         session,
         message_key=key,
