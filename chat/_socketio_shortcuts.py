@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import socketio
@@ -60,6 +60,9 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
     recipient's failure is logged and skips only that recipient. Emits with a callback keep the library's path.
     """
 
+    # Told of every event delivered here, before its room's recipients (chat/lists.py's ListNotifier).
+    heard: Callable[[str, Any], None] | None = None
+
     def set_server(self, server: Any) -> None:
         super().set_server(server)
         use_direct_websockets(getattr(server, "eio", None))
@@ -76,6 +79,8 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
         **kwargs: Any,
     ) -> None:
         room = to or room
+        if self.heard is not None:
+            self.heard(event, data)
         send = getattr(self.server, "_send_eio_packet", None)
         if callback is not None or send is None or namespace not in self.rooms:
             await super().emit(event, data, namespace, room=room, skip_sid=skip_sid, callback=callback, **kwargs)

@@ -10,6 +10,9 @@ Protocol (namespace "/chat", websocket transport only):
   status line and what this watcher may do. Live events (`event`) follow in the room. The client joins
   first and replays second, so nothing committed in between is lost; it drops seqs it already has and
   orders the rest, so nothing shows twice.
+- `watch_lists {}` (a signed-in session only) enters the rooms of this user's lists and answers how many reviews
+  wait for them; `lists` (no content) follows whenever one of their executions moves (chat/lists.py), and the page
+  fetches itself again with its own session.
 - `decide_checkpoint {executionId, checkpointId, decision, comment, editedArgs?, csrf}` calls review.decide
   with via="chat" for the assigned reviewer only, and answers ok or why not ("already approved by … via …
   at …"; for an edited argument the tool would refuse, `argument` names it).
@@ -34,9 +37,10 @@ from chat.access import MAX_TOKEN, Access, Person, access_to, view_token_ok
 from chat.apikey import key_access, key_id_for, presented_key
 from chat.conversation import run_metrics, status_of
 from chat.fanout import NAMESPACE, QueuedRoomSink, RoomSink, listen_before_serving, room_of, server_manager
+from chat.lists import ListNotifier, owner_room, reviewer_room
 from core.db import Database
 from core.events import event_message, events_after
-from core.models import Checkpoint, Execution
+from core.models import Checkpoint, Execution, utcnow
 from core.redis_bus import RedisBus
 from core.settings import Settings
 from core.vocabulary import Channel
@@ -44,6 +48,7 @@ from core.web.sessions import current_viewer
 from review import DecisionError, InvalidInput, decide
 from review.by_mail import LinkRefused, decide_by_link
 from review.decisions import Verdict
+from review.inbox import waiting_for
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +190,20 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
             "canDecide": access.can_decide,
         }
 
+    async def on_watch_lists(self, sid: str, data: Any = None) -> dict[str, Any]:
+        """A signed-in page's lists: checked afresh on every call (the page calls again after each `lists`)."""
+        person, _, _ = await self._who(sid)
+        if person is None:
+            for room in self.rooms(sid):
+                if room.startswith("lists:"):
+                    await self.leave_room(sid, room)
+            return forbidden().answer()
+        await self.enter_room(sid, owner_room(person.user_id))
+        await self.enter_room(sid, reviewer_room(person.email))
+        async with self.db.reading() as session:
+            waiting = len(await waiting_for(session, person.email, utcnow()))
+        return {"ok": True, "waiting": waiting}
+
     async def on_decide_checkpoint(self, sid: str, data: Any) -> dict[str, Any]:
         try:
             return await self._decide(sid, _object(data))
@@ -299,6 +318,7 @@ def mount_chat(app: Quart, settings: Settings) -> socketio.ASGIApp:
     server = make_server(settings)
     server.register_namespace(ChatNamespace(app, settings))
     sink: QueuedRoomSink | RoomSink = RoomSink(server)
+    server.manager.heard = ListNotifier(server, lambda: cast(Database, app.extensions["vouch"].db)).heard
 
     @app.before_serving
     async def start_chat() -> None:

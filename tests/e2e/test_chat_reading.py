@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (the fixtures imported from test_chat_browser are parameters here)
 """The chat as people read it, in a real browser (Debian's chromium): the agent's Markdown (and what must never run
 in it), the model's text streamed while it is written, dark mode, the tab title, the opt-in notification, the keys
 on a card, and a status bar that covers nothing.
@@ -68,7 +69,7 @@ def messages(page: Page) -> Any:
 
 
 async def test_agent_text_renders_as_markdown_and_nothing_hostile_in_it_runs(
-    browser: Browser, scaled_web: str, db: Database, web_settings: Settings  # noqa: F811
+    browser: Browser, scaled_web: str, db: Database, web_settings: Settings
 ) -> None:
     from chat.fanout import WorkerEmitter
     from core.bus import InProcessBus
@@ -115,7 +116,7 @@ async def test_agent_text_renders_as_markdown_and_nothing_hostile_in_it_runs(
 
 
 async def test_the_models_text_appears_while_it_is_written_before_it_is_stored(
-    browser: Browser, scaled_web: str, db: Database, web_settings: Settings  # noqa: F811
+    browser: Browser, scaled_web: str, db: Database, web_settings: Settings
 ) -> None:
     written = asyncio.Event()
     answer = Answer(text="Here is **the plan**:\n\n- step one\n- step two\n\nAll done.", hold=written, hold_after=4)
@@ -151,7 +152,7 @@ async def test_the_models_text_appears_while_it_is_written_before_it_is_stored(
 
 
 async def test_dark_mode_follows_the_system_and_the_toggle_is_remembered(
-    browser: Browser, scaled_web: str, db: Database, web_settings: Settings  # noqa: F811
+    browser: Browser, scaled_web: str, db: Database, web_settings: Settings
 ) -> None:
     account = await make_account(db, web_settings, "owner@example.com")
     created = await create_task(scaled_web, account.key)
@@ -196,7 +197,7 @@ COVERED = """() => {
 
 
 async def test_title_notification_keys_and_nothing_under_the_status_bar(
-    browser: Browser, scaled_web: str, db: Database, web_settings: Settings  # noqa: F811
+    browser: Browser, scaled_web: str, db: Database, web_settings: Settings
 ) -> None:
     account = await make_account(db, web_settings, "owner@example.com")
     checkpoints = [
