@@ -89,6 +89,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
 
     app.register_blueprint(apidocs_blueprint)  # /api/openapi.json and /api/docs
     from api.pages import blueprint as pages_blueprint
+    from api.pages import error_page
 
     app.register_blueprint(pages_blueprint)
     from chat.pages import blueprint as chat_blueprint
@@ -113,7 +114,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     @app.errorhandler(HTTPException)
     async def http_error(error: HTTPException) -> Any:
         if not request.path.startswith("/api/"):
-            return error
+            return await error_page(error)
         code = {413: "content_too_large"}.get(error.code or 500, (error.name or "error").lower().replace(" ", "_"))
         detail = {
             404: "no such endpoint",
@@ -128,9 +129,11 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     @app.errorhandler(500)
     async def server_error(error: InternalServerError) -> Any:
         # Quart has logged the exception (with the request id); the caller gets no internals.
-        if not request.path.startswith("/api/"):
-            return error
         detail = f"something went wrong on our side; quote request id {request_id()} if you report it"
+        if not request.path.startswith("/api/"):
+            return await error_page(
+                error, detail=f"Something went wrong on our side. Quote request id {request_id()} if you report it."
+            )
         return ApiError(500, "internal_error", detail).response()
 
     @app.get("/healthz")
