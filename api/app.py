@@ -33,6 +33,7 @@ from core.db import Database
 from core.heap import freeze_start_up
 from core.settings import Settings
 from core.web.services import close_request_session, commit_request_session
+from core.web.sessions import signin_here
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     from review.inbox import blueprint as inbox_blueprint
 
     app.register_blueprint(inbox_blueprint)  # /review/inbox: a signed-in reviewer's checkpoints
+    app.add_template_global(signin_here)  # base.html's Sign in link
     app.after_request(commit_request_session)
     app.after_request(add_rate_limit_headers)  # on every keyed response, errors included
     app.teardown_request(close_request_session)

@@ -251,6 +251,14 @@ def signin_url(next_path: str | None = None) -> str:
     return "/signin" + (f"?{urlencode({'next': next_path})}" if next_path else "")
 
 
+def signin_here() -> str:
+    """The navigation's sign-in link: back to this page afterwards (a chat link, say), so a reviewer who signs in
+    lands where they were; a template global (api/app.py)."""
+    if request.method != "GET" or request.path in ("/", "/signin", "/signup"):
+        return signin_url()
+    return signin_url(safe_next(request.full_path.rstrip("?")))
+
+
 def login_required(view: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | Response]]:
     """Serve the view to a signed-in user; send anyone else to sign in, then back here.
 

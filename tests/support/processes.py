@@ -43,10 +43,12 @@ def run_vouch(
 
 
 @contextmanager
-def running(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running(
+    args: list[str], env: dict[str, str], log_path: Path, *, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A process logging to `log_path`; stopped with SIGTERM on exit if still alive."""
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=log, cwd=cwd)
         try:
             yield proc
         finally:
