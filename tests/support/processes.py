@@ -35,7 +35,9 @@ def run_vouch(
     return subprocess.run(
         [VOUCH, *args],
         env=vouch_env(settings, **extra),
-        input=stdin,
+        # With no input, an empty pipe rather than the test runner's standard input: `vouch users create` asks
+        # for a password when its standard input is a terminal.
+        input=stdin if stdin is not None else "",
         capture_output=True,
         text=True,
         timeout=60,
