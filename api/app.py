@@ -33,6 +33,7 @@ from core.db import Database
 from core.heap import freeze_start_up
 from core.settings import Settings
 from core.web.services import close_request_session, commit_request_session
+from core.web.sessions import signin_here
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
 
     app.register_blueprint(apidocs_blueprint)  # /api/openapi.json and /api/docs
     from api.pages import blueprint as pages_blueprint
+    from api.pages import error_page
 
     app.register_blueprint(pages_blueprint)
     from chat.pages import blueprint as chat_blueprint
@@ -102,6 +104,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     from review.inbox import blueprint as inbox_blueprint
 
     app.register_blueprint(inbox_blueprint)  # /review/inbox: a signed-in reviewer's checkpoints
+    app.add_template_global(signin_here)  # base.html's Sign in link
     app.after_request(commit_request_session)
     app.after_request(add_rate_limit_headers)  # on every keyed response, errors included
     app.teardown_request(close_request_session)
@@ -113,7 +116,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     @app.errorhandler(HTTPException)
     async def http_error(error: HTTPException) -> Any:
         if not request.path.startswith("/api/"):
-            return error
+            return await error_page(error)
         code = {413: "content_too_large"}.get(error.code or 500, (error.name or "error").lower().replace(" ", "_"))
         detail = {
             404: "no such endpoint",
@@ -128,9 +131,11 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     @app.errorhandler(500)
     async def server_error(error: InternalServerError) -> Any:
         # Quart has logged the exception (with the request id); the caller gets no internals.
-        if not request.path.startswith("/api/"):
-            return error
         detail = f"something went wrong on our side; quote request id {request_id()} if you report it"
+        if not request.path.startswith("/api/"):
+            return await error_page(
+                error, detail=f"Something went wrong on our side. Quote request id {request_id()} if you report it."
+            )
         return ApiError(500, "internal_error", detail).response()
 
     @app.get("/healthz")

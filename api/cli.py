@@ -9,17 +9,28 @@ a few milliseconds).
 from __future__ import annotations
 
 import asyncio
+import errno
 import importlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from core.logs import configure_logging
-from core.settings import Settings, SettingsError, deprecation_warnings, load_settings
+from core.settings import (
+    Settings,
+    SettingsError,
+    database_location,
+    deprecation_warnings,
+    load_settings,
+    sqlite_path,
+)
+
+POINT_AT_IT = "run it where `vouch serve` runs, or set VOUCH_DATA_DIR (or VOUCH_DATABASE_URL) to the service's"
 
 
 def settings_or_exit() -> Settings:
@@ -28,6 +39,30 @@ def settings_or_exit() -> Settings:
         return load_settings()
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def operator_settings_or_exit() -> Settings:
+    """The settings for a command that works on an existing database (`vouch users`, `keys`, `webhooks`): where
+    the environment names a SQLite file that is not there, one line saying which and how to point at the right
+    one, and nothing made on disk (no stray data directory in whatever directory the command ran from)."""
+    try:
+        _, database_url = database_location()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    path = sqlite_path(database_url)
+    if path is not None and not path.is_file():
+        raise click.ClickException(f"no Vouch database at {path}: {POINT_AT_IT}")
+    return settings_or_exit()
+
+
+def database_problem(settings: Settings, error: Exception) -> str:
+    """One line for a database the command could not use (not Vouch's, not migrated, refusing us)."""
+    from sqlalchemy.engine import make_url
+
+    path = sqlite_path(settings.database_url)
+    where = str(path) if path else make_url(settings.database_url).render_as_string(hide_password=True)
+    cause = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+    return f"the database at {where} is not usable ({cause}); {POINT_AT_IT}, then `vouch db upgrade`"
 
 
 def _event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -100,39 +135,87 @@ def db_upgrade(revision: str) -> None:
     click.echo(f"database at {revision}", err=True)
 
 
-def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before anything else starts; a taken port or an address this machine does not
+    have ends the command with one line and exit code 1, not a traceback after the start-up banner."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    # As uvicorn does: a restart may rebind at once while old connections linger in TIME_WAIT.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(
+                f"port {port} on {host} is already in use (another Vouch?); choose another with --port"
+            ) from None
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _serve(settings: Settings, sock: socket.socket, run_worker: bool) -> None:
     from api.app import create_asgi_app
 
     _log_setup(settings)
-    # The in-process worker's agent tools must not reach this server, whatever their allow-list says.
+    host, port = sock.getsockname()[:2]
+    # The in-process worker's agent tools must not reach this server, whatever their allow-list says; links in
+    # mail follow this address unless VOUCH_BASE_URL names another (Settings.public_base_url).
     settings = settings.with_changes(listen_address=(host, port))
-    run_web_server(create_asgi_app(settings, run_worker=run_worker, server_process=True), settings, host, port)
+    if not settings.secure_cookies:
+        click.echo(clear_text_warning(settings), err=True)
+    app = create_asgi_app(settings, run_worker=run_worker, server_process=True)
+    run_web_server(app, settings, sock, started=f"Sign in at {settings.public_base_url()}/signin")
 
 
-def run_web_server(app: Any, settings: Settings, host: str, port: int) -> None:
-    """Serve an ASGI app under uvicorn as every web process does (`vouch serve`, `vouch web`, the bench's)."""
+def clear_text_warning(settings: Settings) -> str:
+    return (
+        f"Warning: {settings.public_base_url()} is plain http at an address other than this machine's loopback: "
+        "sign-in sessions travel in clear text, and the cookies go without __Host- and Secure (browsers keep no "
+        "Secure cookie there). Put the service behind HTTPS (a reverse proxy such as Caddy or nginx terminating "
+        "TLS) and set VOUCH_BASE_URL=https://your.host (docs/operations.md, 'Behind HTTPS')."
+    )
+
+
+def run_web_server(app: Any, settings: Settings, sock: socket.socket, *, started: str | None = None) -> None:
+    """Serve an ASGI app under uvicorn on a bound socket, as every web process does (`vouch serve`, `vouch web`,
+    the bench's); `started` is said on stderr once it accepts connections."""
     import uvicorn
 
     # JSON logs: uvicorn's own loggers keep no handlers of their own and go through ours (log_config=None).
     log_config = uvicorn.config.LOGGING_CONFIG if settings.log_format == "text" else None
-    uvicorn.run(
-        app, host=host, port=port, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config,
+    config = uvicorn.Config(
+        app, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config,
         access_log=False,  # api/operations.py logs each request once, with its id, route and time
-    )
+    )  # fmt: skip
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if started is not None and self.started:
+                click.echo(started, err=True)
+
+    Server(config).run(sockets=[sock])
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on (0.0.0.0: all).")
 @click.option("--port", default=8000, show_default=True, type=int)
 def serve(host: str, port: int) -> None:
     """The web app and an in-process worker: the whole service in one process."""
     from core.migrate import upgrade
 
     settings = settings_or_exit()
+    sock = listening_socket(host, port)
     upgrade(settings.database_url)
     click.echo(f"Vouch on http://{host}:{port}  (database {settings.database_url.split('://')[0]})", err=True)
     click.echo(agent_line(settings.agent_model), err=True)
-    _serve(settings, host, port, run_worker=True)
+    _serve(settings, sock, run_worker=True)
 
 
 def agent_line(model: str) -> str:
@@ -148,11 +231,12 @@ def agent_line(model: str) -> str:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on (0.0.0.0: all).")
 @click.option("--port", default=8000, show_default=True, type=int)
 def web(host: str, port: int) -> None:
     """The web app alone (Procfile `web`); run workers with `vouch worker`."""
-    _serve(settings_or_exit(), host, port, run_worker=False)
+    settings = settings_or_exit()
+    _serve(settings, listening_socket(host, port), run_worker=False)
 
 
 @main.command()

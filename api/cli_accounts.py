@@ -9,17 +9,23 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import click
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.cli import settings_or_exit
+from api.cli import database_problem
+from api.cli import operator_settings_or_exit as settings_or_exit
 from core import apikeys
 from core.accounts import (
     AccountError,
+    check_new_password,
     create_api_key,
     create_user,
+    disable_user,
     key_state,
     list_api_keys,
+    list_users,
     revoke_api_key,
+    set_password,
     user_by_email,
 )
 from core.bus import InProcessBus
@@ -42,6 +48,27 @@ def _with_db(settings: Settings, work: Callable[[Database], Awaitable[T]]) -> T:
         return asyncio.run(run())
     except AccountError as exc:
         raise click.ClickException(str(exc)) from None
+    except DBAPIError as exc:
+        # A database that is there but not Vouch's (no tables), or one that refuses us: one line, never a traceback.
+        raise click.ClickException(database_problem(settings, exc)) from None
+
+
+def _read_password(password_stdin: bool, *, required: bool) -> str | None:
+    """The password from standard input (--password-stdin), else asked twice on a terminal; None where there is
+    neither and `required` is off."""
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    elif sys.stdin.isatty():
+        password = click.prompt("Password", hide_input=True, confirmation_prompt="Password again", err=True)
+    elif required:
+        raise click.UsageError("no terminal to ask on: pipe the password in with --password-stdin")
+    else:
+        return None
+    try:
+        check_new_password(password)
+    except AccountError as exc:
+        raise click.ClickException(str(exc)) from None
+    return password
 
 
 @click.group()
@@ -53,16 +80,76 @@ def users() -> None:
 @click.argument("email")
 @click.option("--password-stdin", is_flag=True, help="Read the user's password from standard input.")
 def users_create(email: str, password_stdin: bool) -> None:
-    """Create a user (reviewers sign in with their e-mail address)."""
-    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else None
+    """Create a user (reviewers sign in with their e-mail address and password).
+
+    On a terminal it asks for the password twice; in a script pipe it in with --password-stdin. With neither,
+    the user gets no password: API keys only, no sign-in until `vouch users set-password`."""
     settings = settings_or_exit()
+    password = _read_password(password_stdin, required=False)
 
     async def work(database: Database) -> str:
         async with database.transaction() as session:
             user = await create_user(session, email, password)
             return user.email
 
-    click.echo(f"created user {_with_db(settings, work)}", err=True)
+    made = _with_db(settings, work)
+    click.echo(f"created user {made}" + ("" if password else " (no password: cannot sign in yet)"), err=True)
+
+
+@users.command("set-password")
+@click.argument("email")
+@click.option("--password-stdin", is_flag=True, help="Read the new password from standard input.")
+def users_set_password(email: str, password_stdin: bool) -> None:
+    """Give a user a new password (asked twice on a terminal); their browser sessions end."""
+    settings = settings_or_exit()
+    password = _read_password(password_stdin, required=True)
+    assert password is not None  # required
+
+    async def work(database: Database) -> str:
+        async with database.transaction() as session:
+            user = await _user(session, email)
+            await set_password(session, user, password)
+            return user.email
+
+    click.echo(f"password set for {_with_db(settings, work)}", err=True)
+
+
+@users.command("list")
+def users_list() -> None:
+    """Every user: e-mail, whether they can sign in, when made."""
+    settings = settings_or_exit()
+
+    async def work(database: Database) -> list[tuple[str, str, str, str]]:
+        async with database.reading() as session:
+            return [
+                (
+                    user.email,
+                    "disabled" if user.disabled_at else "active",
+                    "yes" if user.password_hash else "no",
+                    user.created_at.date().isoformat(),
+                )
+                for user in await list_users(session)
+            ]
+
+    rows = [("email", "state", "password", "created"), *_with_db(settings, work)]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)) + "  " + row[3])
+
+
+@users.command("disable")
+@click.argument("email")
+def users_disable(email: str) -> None:
+    """Disable a user: they cannot sign in, their sessions end and their API keys stop working."""
+    settings = settings_or_exit()
+
+    async def work(database: Database) -> tuple[str, bool]:
+        async with database.transaction() as session:
+            user = await _user(session, email)
+            return user.email, await disable_user(session, user)
+
+    done, changed = _with_db(settings, work)
+    click.echo(f"disabled {done}" if changed else f"{done} was already disabled", err=True)
 
 
 @click.group()

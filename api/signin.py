@@ -124,7 +124,12 @@ async def check_credentials(reader: AsyncSession, email: str, password: str) -> 
 
     Takes a read session: on SQLite a write transaction would hold the database's one write lock
     through the ~0.2 s of Argon2 and stall every other writer."""
-    found = (await reader.execute(sa.select(User.id, User.password_hash).where(User.email == email))).first()
+    # A disabled user's password is checked like an unknown e-mail's: against the dummy hash, same time, same answer.
+    found = (
+        await reader.execute(
+            sa.select(User.id, User.password_hash).where(User.email == email, User.disabled_at.is_(None))
+        )
+    ).first()
     user_id, stored = (found[0], found[1]) if found is not None else (None, None)
     if len(password) > MAX_PASSWORD:
         password = ""

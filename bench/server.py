@@ -21,7 +21,7 @@ from typing import Any
 from quart import Quart, request
 
 from api.app import create_app, freeze_heap_once_serving
-from api.cli import run_web_server
+from api.cli import listening_socket, run_web_server
 from bench.chat_fanout import write
 from chat.socket import mount_chat
 from core.logs import configure_logging
@@ -66,7 +66,7 @@ def main() -> None:
     app = create_app(settings, run_worker=args.worker)
     freeze_heap_once_serving(app)
     add_bench_routes(app)
-    run_web_server(mount_chat(app, settings), settings, "127.0.0.1", args.port)
+    run_web_server(mount_chat(app, settings), settings, listening_socket("127.0.0.1", args.port))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from chat.access import Access
 from core import apikeys
-from core.accounts import api_key_by_secret, key_state
+from core.accounts import api_key_by_secret, enabled_users_key, key_state
 from core.models import ApiKey, Execution, utcnow
 
 READ_SCOPE = "eval:read"
@@ -47,7 +47,7 @@ async def key_id_for(session: AsyncSession, secret: str, secret_key: bytes) -> s
 
 async def key_access(session: AsyncSession, key_id: str, execution_id: str) -> Access | None:
     """View-only access for the key's own user's execution; None when the key no longer works or it is not theirs."""
-    key = await session.get(ApiKey, key_id)
+    key = await enabled_users_key(session, key_id)
     if key is None or not _usable(key) or len(execution_id) > 64:
         return None
     execution = await session.get(Execution, execution_id)

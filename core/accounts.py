@@ -18,7 +18,7 @@ from core import apikeys
 from core.bus import CACHE_CHANNEL
 from core.db import publish_after_commit
 from core.ids import new_id
-from core.models import ApiKey, User, utcnow
+from core.models import ApiKey, User, WebSession, utcnow
 
 MAX_ACTIVE_KEYS = 10
 MAX_KEY_DAYS = 365
@@ -63,8 +63,8 @@ async def create_user(session: AsyncSession, email: str, password: str | None = 
     email = normalise_email(email)
     if await user_by_email(session, email) is not None:
         raise AccountError(f"a user with e-mail {email} already exists")
-    if password is not None and len(password) < 8:
-        raise AccountError("password must be at least 8 characters")
+    if password is not None:
+        check_new_password(password)
     user = User(id=new_id("usr"), email=email, password_hash=hash_password(password) if password else None)
     session.add(user)
     await session.flush()
@@ -73,6 +73,34 @@ async def create_user(session: AsyncSession, email: str, password: str | None = 
 
 async def user_by_email(session: AsyncSession, email: str) -> User | None:
     return await session.scalar(sa.select(User).where(User.email == email.strip().lower()))
+
+
+def check_new_password(password: str) -> None:
+    if len(password) < 8:
+        raise AccountError("password must be at least 8 characters")
+
+
+async def set_password(session: AsyncSession, user: User, password: str) -> None:
+    """A new password; the user's other browser sessions end, so a password changed after a leak locks the
+    holder of an old session out too."""
+    check_new_password(password)
+    user.password_hash = hash_password(password)
+    await session.execute(sa.delete(WebSession).where(WebSession.user_id == user.id))
+
+
+async def list_users(session: AsyncSession) -> list[User]:
+    return list(await session.scalars(sa.select(User).order_by(User.created_at, User.email)))
+
+
+async def disable_user(session: AsyncSession, user: User) -> bool:
+    """Disable `user`: no sign-in from now on, every browser session ended, every API key refused (web processes
+    drop their cached copies when this commits). The rows stay. False if the user was disabled already."""
+    await session.execute(sa.delete(WebSession).where(WebSession.user_id == user.id))
+    invalidate_api_keys_after_commit(session, user_ids=[user.id])
+    if user.disabled_at is not None:
+        return False
+    user.disabled_at = utcnow()
+    return True
 
 
 def key_is_active(key: ApiKey, now: datetime) -> bool:
@@ -201,10 +229,21 @@ def invalidate_api_keys_after_commit(
 
 
 async def api_key_by_secret(session: AsyncSession, secret: str, secret_key: bytes) -> ApiKey | None:
-    """The key record for a presented secret, whatever its state; None for a look-alike."""
+    """The key record for a presented secret, whatever its state; None for a look-alike or a disabled user's key."""
     if not apikeys.is_well_formed(secret):
         return None
-    return await session.scalar(sa.select(ApiKey).where(ApiKey.digest == apikeys.key_digest(secret, secret_key)))
+    return await session.scalar(
+        sa.select(ApiKey)
+        .join(User, User.id == ApiKey.user_id)
+        .where(ApiKey.digest == apikeys.key_digest(secret, secret_key), User.disabled_at.is_(None))
+    )
+
+
+async def enabled_users_key(session: AsyncSession, key_id: str) -> ApiKey | None:
+    """The key with this id, whatever its state, unless its user is disabled."""
+    return await session.scalar(
+        sa.select(ApiKey).join(User, User.id == ApiKey.user_id).where(ApiKey.id == key_id, User.disabled_at.is_(None))
+    )
 
 
 async def api_key_and_email_by_secret(
@@ -219,7 +258,10 @@ async def api_key_and_email_by_secret(
 async def api_key_and_email_by_digest(session: AsyncSession, digest: str) -> tuple[ApiKey, str] | None:
     found = (
         await session.execute(
-            sa.select(ApiKey, User.email).join(User, User.id == ApiKey.user_id).where(ApiKey.digest == digest)
+            # A disabled user's keys are as unknown as keys that never existed.
+            sa.select(ApiKey, User.email)
+            .join(User, User.id == ApiKey.user_id)
+            .where(ApiKey.digest == digest, User.disabled_at.is_(None))
         )
     ).first()
     return (found[0], found[1]) if found is not None else None

@@ -60,6 +60,8 @@ class User(Base):
     email: Mapped[str] = mapped_column(sa.String(320), unique=True)
     password_hash: Mapped[str | None] = mapped_column(sa.String(200))
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # Set by `vouch users disable`: no sign-in, no sessions, no working keys (issue 24).
+    disabled_at: Mapped[datetime | None] = mapped_column()
 
 
 class ApiKey(Base):
@@ -77,6 +79,9 @@ class ApiKey(Base):
     last_used_at: Mapped[datetime | None] = mapped_column()
     last_used_ip: Mapped[str | None] = mapped_column(sa.String(64))
     use_count: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    # A new key's secret XORed with a pad only the creating browser holds, until the page after the form shows
+    # it once (api/pages/key_reveal.py); None ever after.
+    sealed_secret: Mapped[str | None] = mapped_column(sa.String(200))
 
 
 class Execution(Base):

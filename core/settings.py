@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from core.allowlist import AllowEntry, parse_allowlist
 from core.model_profiles import ModelProfile, ProfileError, read_profiles
@@ -90,6 +93,40 @@ class Settings:
 
     def with_changes(self, **changes: Any) -> Settings:
         return replace(self, **changes)
+
+    def public_base_url(self) -> str | None:
+        """Where the links this process hands out point: VOUCH_BASE_URL, else the address its web server listens
+        on (a wildcard address by this machine's name); None where neither is known (a `vouch worker`)."""
+        if self.base_url:
+            return self.base_url
+        if self.listen_address is None:
+            return None
+        host, port = self.listen_address
+        if host in WILDCARD_HOSTS:
+            host = socket.gethostname()
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+    @property
+    def secure_cookies(self) -> bool:
+        """Whether browser cookies are `__Host-` and `Secure`: yes on https, and on http at a loopback address
+        (browsers count those as secure); no on http anywhere else, where no browser would keep such a cookie."""
+        base = self.public_base_url()
+        if base is None:
+            return True
+        parts = urlsplit(base)
+        return parts.scheme == "https" or is_loopback(parts.hostname or "")
+
+
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def normalise_database_url(url: str) -> str:
@@ -204,14 +241,28 @@ def _model_profiles(env: Mapping[str, str], data_dir: Path) -> tuple[ModelProfil
         raise SettingsError(f"{path}: {exc}") from None
 
 
-def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+def database_location(env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """The data directory and the database URL the environment names, touching nothing on disk."""
     env = os.environ if env is None else env
     data_dir = Path(env.get("VOUCH_DATA_DIR") or "./var").resolve()
     database_url = env.get("VOUCH_DATABASE_URL") or f"sqlite:///{data_dir / 'vouch.sqlite3'}"
+    return data_dir, normalise_database_url(database_url)
+
+
+def sqlite_path(database_url: str) -> Path | None:
+    """The file of a SQLite database URL (None for another database, or one in memory)."""
+    if not database_url.startswith("sqlite"):
+        return None
+    name = database_url.split(":///", 1)[1].split("?", 1)[0] if ":///" in database_url else ""
+    return Path(name).resolve() if name and name != ":memory:" else None
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    data_dir, database_url = database_location(env)
     base_url = (env.get("VOUCH_BASE_URL") or "").rstrip("/") or None
     if base_url and not base_url.startswith(("http://", "https://")):
         raise SettingsError("VOUCH_BASE_URL must start with http:// or https://")
-    database_url = normalise_database_url(database_url)
     if database_url.startswith("sqlite"):
         data_dir.mkdir(parents=True, exist_ok=True)
     return Settings(

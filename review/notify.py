@@ -1,9 +1,9 @@
 """The review mail: sent when a checkpoint starts awaiting review, in the transaction that pauses the run.
 
 The message key is (checkpoint, attempt, reviewer): a pause that is replayed after a crash, or a second
-call, finds the message already there and mints no second set of links. Links point at
-`settings.base_url`; the worker has no request to learn the public address from, so without
-VOUCH_BASE_URL they fall back to http://127.0.0.1:8000 (what `vouch serve` listens on by default).
+call, finds the message already there and mints no second set of links. Links point at VOUCH_BASE_URL, else at
+the address `vouch serve` listens on (its worker shares the process); a `vouch worker` has no request to learn the
+public address from, so without VOUCH_BASE_URL it falls back to http://127.0.0.1:8000 (`vouch serve`'s default).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _env.filters["indented"] = lambda text: "\n".join("    " + line for line in str(
 
 
 def base_url(settings: Settings) -> str:
-    return (settings.base_url or FALLBACK_BASE_URL).rstrip("/")
+    return (settings.public_base_url() or FALLBACK_BASE_URL).rstrip("/")
 
 
 def reply_address(settings: Settings, token: str) -> str:

@@ -17,7 +17,7 @@ from core.models import ReviewLink
 from core.tool_args import argument_lines
 from core.web.headers import add_page_headers
 from core.web.services import services
-from core.web.sessions import PRESESSION_COOKIE, client_addr, presession_secret, token_digest
+from core.web.sessions import PRESESSION_COOKIE, client_addr, presession_secret, read_cookie, token_digest
 from review.by_mail import LinkRefused, LinkState, decide_by_link, link_state
 from review.decisions import Verdict
 from review.links import find_link
@@ -39,7 +39,7 @@ def _csrf_for(link: ReviewLink) -> str:
 
 
 def _csrf_ok(link: ReviewLink, sent: str | None) -> bool:
-    raw = request.cookies.get(PRESESSION_COOKIE)
+    raw = read_cookie(PRESESSION_COOKIE)
     if not sent or not raw or len(raw) > 100:
         return False
     expected = token_digest(services().settings.secret_key, "review-link-csrf", f"{raw}:{link.id}")

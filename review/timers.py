@@ -75,7 +75,7 @@ async def _claim(session: AsyncSession, now: datetime) -> ReviewTimer | None:
 
 
 def _mail_text(settings: Settings, execution: Execution, checkpoint: Checkpoint, opening: str) -> str:
-    base = settings.base_url or ""
+    base = settings.public_base_url() or ""
     lines = [
         opening,
         "",

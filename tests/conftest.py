@@ -51,7 +51,8 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path,
         database_url=database_url,
         secret_key=SECRET,
-        base_url="http://vouch.test",
+        # https: browser cookies are __Host- and Secure there (Settings.secure_cookies), as the web tests expect.
+        base_url="https://vouch.test",
         worker_poll_seconds=5.0,
         worker_lease_seconds=30.0,
     )

@@ -9,6 +9,7 @@ from quart import Blueprint, Response, abort, render_template, request
 from werkzeug.datastructures import MultiDict
 
 from api.pages.key_form import DEFAULT_EXPIRY, EXPIRY_PRESETS, ON_DATE, SCOPE_HELP, KeyForm
+from api.pages.key_reveal import seal, unseal
 from api.usage import usage_by_day
 from core.accounts import (
     MAX_ACTIVE_KEYS,
@@ -124,9 +125,20 @@ async def create_key() -> Page:
     except AccountError as exc:
         # A race with another tab past the limit check above, or a rule only the core knows.
         return await _new_key_form(form, 409, problem=str(exc).capitalize())
-    # Rendered here, never redirected to: the secret must not travel in a URL or sit in a session.
-    page = await render_template("api/key_created.html", key=made.record, secret=made.secret)
-    return page, 201
+    # Redirected, so a reload never posts again; the secret goes to the next page sealed (key_reveal.py).
+    response = see_other(f"/keys/{made.record.id}/created")
+    seal(made.record, made.secret, response)
+    return response
+
+
+@blueprint.get("/keys/<key_id>/created")
+@login_required
+async def key_created(key_id: str) -> Response:
+    key = await _own_key(key_id)
+    response = Response("", mimetype="text/html")
+    secret = await unseal(key, response)
+    response.set_data(await render_template("api/key_created.html", key=key, secret=secret))
+    return response
 
 
 async def _own_key(key_id: str) -> ApiKey:

@@ -35,6 +35,8 @@ R = TypeVar("R")
 
 SESSION_COOKIE = "__Host-vouch_session"
 PRESESSION_COOKIE = "__Host-vouch_presession"
+# On plain http at an address other than loopback (a LAN box, a VM) browsers keep no Secure cookie, and a
+# `__Host-` one must be Secure: there these go without both (`cookie_name`, `Settings.secure_cookies`).
 CSRF_FIELD = "csrf_token"
 # A session ends after IDLE_LIFETIME unused, and after ABSOLUTE_LIFETIME however busy (expires_at holds the sooner).
 IDLE_LIFETIME = timedelta(days=14)
@@ -73,21 +75,34 @@ def _digest(purpose: str, token: str) -> str:
     return token_digest(services().settings.secret_key, purpose, token)
 
 
+def _secure() -> bool:
+    return services().settings.secure_cookies
+
+
+def cookie_name(name: str) -> str:
+    """The name a cookie goes by here: `name` (a `__Host-` one) where cookies are Secure, else without the prefix."""
+    return name if _secure() else name.removeprefix("__Host-")
+
+
+def read_cookie(name: str) -> str | None:
+    return request.cookies.get(cookie_name(name))
+
+
 def set_cookie(response: AnyResponse, name: str, value: str, max_age: timedelta | None) -> None:
     # `__Host-` demands Secure, Path=/ and no Domain: no other host or path can plant or read it.
     response.set_cookie(
-        name,
+        cookie_name(name),
         value,
         max_age=int(max_age.total_seconds()) if max_age else None,
         path="/",
-        secure=True,
+        secure=_secure(),
         httponly=True,
         samesite="Lax",
     )
 
 
 def clear_cookie(response: AnyResponse, name: str) -> None:
-    response.delete_cookie(name, path="/", secure=True, httponly=True, samesite="Lax")
+    response.delete_cookie(cookie_name(name), path="/", secure=_secure(), httponly=True, samesite="Lax")
 
 
 def client_addr() -> str | None:
@@ -120,7 +135,7 @@ async def start_session(session: AsyncSession, user: User, response: Response) -
 
 async def end_session(session: AsyncSession, response: Response) -> None:
     """Sign out server-side: the row goes, so the cookie is worthless even if kept."""
-    token = request.cookies.get(SESSION_COOKIE)
+    token = read_cookie(SESSION_COOKIE)
     if token:
         await session.execute(sa.delete(WebSession).where(WebSession.id == _digest("session", token)))
         clear_cookie(response, SESSION_COOKIE)
@@ -133,14 +148,14 @@ async def current_viewer() -> Viewer | None:
         found: Viewer | None = g.viewer
         return found
     g.viewer = None
-    token = request.cookies.get(SESSION_COOKIE)
+    token = read_cookie(SESSION_COOKIE)
     if not token or len(token) > 100:
         return None
     session = db_session()
     row = await session.execute(
         sa.select(WebSession, User.email)
         .join(User, User.id == WebSession.user_id)
-        .where(WebSession.id == _digest("session", token))
+        .where(WebSession.id == _digest("session", token), User.disabled_at.is_(None))
     )
     found_row = row.first()
     if found_row is None:
@@ -176,7 +191,7 @@ async def _slide(session: AsyncSession, session_id: str, now: datetime, expires_
 
 def presession_secret() -> str:
     """The browser's pre-session value (CSRF before sign-in); sets the cookie if it is missing."""
-    raw = request.cookies.get(PRESESSION_COOKIE)
+    raw = read_cookie(PRESESSION_COOKIE)
     if not raw or len(raw) > 100:
         raw = secrets.token_urlsafe(32)
         fresh = raw
@@ -203,7 +218,7 @@ def _compare(sent: str | None, expected: str | None) -> None:
 
 async def check_presession_csrf() -> None:
     form = await request.form
-    raw = request.cookies.get(PRESESSION_COOKIE)
+    raw = read_cookie(PRESESSION_COOKIE)
     _compare(form.get(CSRF_FIELD), _digest("presession-csrf", raw) if raw else None)
 
 
@@ -234,6 +249,14 @@ def see_other(location: str) -> Response:
 
 def signin_url(next_path: str | None = None) -> str:
     return "/signin" + (f"?{urlencode({'next': next_path})}" if next_path else "")
+
+
+def signin_here() -> str:
+    """The navigation's sign-in link: back to this page afterwards (a chat link, say), so a reviewer who signs in
+    lands where they were; a template global (api/app.py)."""
+    if request.method != "GET" or request.path in ("/", "/signin", "/signup"):
+        return signin_url()
+    return signin_url(safe_next(request.full_path.rstrip("?")))
 
 
 def login_required(view: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | Response]]:

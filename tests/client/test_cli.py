@@ -43,7 +43,10 @@ def test_create_watch_exits_0_when_completed(vouch: Vouch, tmp_path: Path) -> No
     shown = _vouch(vouch, "tasks", "status", execution_id, "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["status"] == "completed"
     listed = _vouch(vouch, "tasks", "list", "--status", "completed")
-    assert listed.stdout.startswith(f"{execution_id}\tcompleted\t")
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["EXECUTION", "STATUS", "CREATED", "TASK"]
+    assert row.split()[:2] == [execution_id, "completed"] and row.endswith("  From CI")
+    assert "\x1b[" not in listed.stdout  # no colour into a pipe
 
 
 def test_a_rejected_run_exits_2_and_a_decision_from_the_cli(vouch: Vouch, tmp_path: Path) -> None:
@@ -61,6 +64,7 @@ def test_a_rejected_run_exits_2_and_a_decision_from_the_cli(vouch: Vouch, tmp_pa
     out, err = watching.communicate(timeout=60)
     assert watching.returncode == 2, err
     assert "? Checkpoint Send: Send it?" in out and "■ Rejected by caller@example.com: not this week" in out
+    assert "✘ rejected by caller@example.com via api: not this week" in out and "✔" not in out
 
     again = _vouch(vouch, "checkpoints", "decide", execution_id, checkpoint, "approve")
     assert again.returncode == 5 and again.stderr.startswith("vouch: already_decided: ")

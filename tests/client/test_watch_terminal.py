@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import shlex
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,40 +11,13 @@ from vouch_client import Client
 
 from tests.client.conftest import Vouch, reviewed_task
 from tests.support.processes import VOUCH
-from tests.support.waiting import until
-
-
-class Terminal:
-    """A tmux server of our own (its socket in tmp_path), one 160x40 window."""
-
-    def __init__(self, socket: Path) -> None:
-        self.socket = str(socket)
-
-    def tmux(self, *args: str) -> str:
-        return subprocess.run(
-            ["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True, timeout=10
-        ).stdout
-
-    def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", "watch", "-S", "-200")
-
-    def shows(self, *texts: str, timeout: float = 30) -> str:
-        async def check() -> str | None:
-            screen = self.screen()
-            return screen if all(text in screen for text in texts) else None
-
-        try:
-            return asyncio.run(until(check, timeout=timeout))
-        except AssertionError:
-            raise AssertionError(f"never showed {texts}; the screen:\n{self.screen()}") from None
+from tests.support.terminal import Terminal, tmux_terminal
 
 
 @pytest.fixture
 def terminal(tmp_path: Path) -> Iterator[Terminal]:
-    assert shutil.which("tmux"), "tmux is needed (apt-get install tmux; .ci/run installs it)"
-    made = Terminal(tmp_path / "tmux.sock")
-    yield made
-    subprocess.run(["tmux", "-S", made.socket, "kill-server"], capture_output=True, timeout=10)
+    with tmux_terminal(tmp_path) as made:
+        yield made
 
 
 def test_watch_shows_the_run_and_approves_a_checkpoint_in_place(vouch: Vouch, terminal: Terminal) -> None:

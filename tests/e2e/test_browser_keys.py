@@ -159,3 +159,38 @@ async def test_pages_work_without_javascript(settings: Settings, db: Database, c
         await expect(page.get_by_role("status")).to_contain_text("is revoked")
         assert (await api_create(base, secret)).status_code == 401
         await context.close()
+
+
+async def test_reloading_the_new_key_page_makes_no_second_key_and_shows_the_secret_no_more(
+    settings: Settings, db: Database, chromium: Browser
+) -> None:
+    async with db.transaction() as session:
+        await create_user(session, EMAIL, PASSWORD)
+    with live_server(settings, run_worker=False) as base:
+        context = await chromium.new_context(base_url=base)
+        page = await context.new_page()
+        posts: list[str] = []
+        page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+        await page.goto("/signin?next=/keys/new")
+        await page.get_by_label("E-mail").fill(EMAIL)
+        await page.get_by_label("Password").fill(PASSWORD)
+        await page.get_by_role("button", name="Sign in").click()
+        await page.get_by_label("Name").fill("reloaded key")
+        await page.get_by_role("checkbox", name="eval:manage").check()
+        await page.get_by_role("button", name="Create key").click()
+        await expect(page.get_by_role("heading", name="Key “reloaded key” created")).to_be_visible()
+        assert page.url.startswith(f"{base}/keys/key_") and page.url.endswith("/created")  # after a redirect
+        secret = await page.locator("#new-key").input_value()
+        assert posts == [f"{base}/signin", f"{base}/keys"]
+
+        await page.reload()
+        await expect(page.get_by_role("heading", name="Key “reloaded key” created")).to_be_visible()
+        await expect(page.locator("#key-already-shown")).to_contain_text("shown once")
+        await expect(page.locator("#new-key")).to_have_count(0)
+        assert secret not in await page.content()
+        assert posts == [f"{base}/signin", f"{base}/keys"]  # the reload posted nothing
+
+        await page.goto("/keys")
+        await expect(page.locator("article.key", has_text="reloaded key")).to_have_count(1)
+        assert (await api_create(base, secret)).status_code == 201  # the one shown is the one made
+        await context.close()

@@ -36,7 +36,7 @@ async def test_review_mail_is_queued_once_with_everything_the_reviewer_needs(ser
     for body in (mail.text_body, mail.html_body or ""):
         assert "Draft note" in body and "Write it?" in body and "The plan is written" in body
         assert "plan.md" in body  # what the agent is about to do
-        assert f"http://vouch.test/chat/{run.execution_id}?token=" in body
+        assert f"https://vouch.test/chat/{run.execution_id}?token=" in body
         assert chat_link_in(body)[1] not in mail.text_body.replace(chat_link_in(mail.text_body)[1], "", 1)
         assert set(links_in(body)) == {"approve", "reject"}
     assert links_in(mail.text_body) == links_in(mail.html_body or "")

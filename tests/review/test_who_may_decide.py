@@ -42,7 +42,7 @@ from tests.web.browser import Browser
 OWNER, RITA, ANDY, BOB, XAVI = (
     "olga@example.com", "rita@example.com", "andy@example.com", "bob@example.com", "xavi@example.com",
 )  # fmt: skip
-ORIGIN = "http://vouch.test"
+ORIGIN = "https://vouch.test"
 ACTION = {
     "tool": "send_email",
     "args": {"to": "press@acme.example", "subject": "Launch", "body": "We launch today."},

@@ -35,7 +35,9 @@ def run_vouch(
     return subprocess.run(
         [VOUCH, *args],
         env=vouch_env(settings, **extra),
-        input=stdin,
+        # With no input, an empty pipe rather than the test runner's standard input: `vouch users create` asks
+        # for a password when its standard input is a terminal.
+        input=stdin if stdin is not None else "",
         capture_output=True,
         text=True,
         timeout=60,
@@ -43,10 +45,12 @@ def run_vouch(
 
 
 @contextmanager
-def running(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running(
+    args: list[str], env: dict[str, str], log_path: Path, *, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A process logging to `log_path`; stopped with SIGTERM on exit if still alive."""
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(args, env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=log, cwd=cwd)
         try:
             yield proc
         finally:

@@ -23,9 +23,14 @@ SCOPE_SETS = [list(combo) for n in (1, 2, 3) for combo in itertools.combinations
 
 
 async def create_key(browser: Browser, **fields: object) -> Page:
+    """Submit the new-key form; a made key's POST answers 303, and this follows it to the page showing the key."""
     body: dict[str, object] = {"name": "ci", "scope": ["eval:read"], "expiry": "30"}
     body.update(fields)
-    return await browser.submit("/keys/new", "/keys", {k: v for k, v in body.items() if v is not None})
+    posted = await browser.submit("/keys/new", "/keys", {k: v for k, v in body.items() if v is not None})
+    if posted.status != 303:
+        return posted
+    assert posted.location is not None and re.fullmatch(r"/keys/key_\w+/created", posted.location), posted.location
+    return await browser.get(posted.location)
 
 
 def secret_of(page: Page) -> str:
@@ -49,7 +54,7 @@ async def api_status(site: Site, secret: str) -> int:
 async def test_create_with_each_scope_combination(site: Site, scopes: list[str]) -> None:
     browser, user_id = await site.signed_in("ann@example.com")
     page = await create_key(browser, name="combo", scope=scopes)
-    assert page.status == 201, page.text
+    assert page.status == 200, page.text
     [key] = await keys_of(site, user_id)
     assert key.scopes == sorted(scopes)
     secret = secret_of(page)
@@ -80,7 +85,7 @@ async def test_invalid_form_says_what_to_fix(site: Site, fields: dict[str, objec
 async def test_expiry_presets(site: Site, days: int) -> None:
     browser, user_id = await site.signed_in("ann@example.com")
     before = utcnow()
-    assert (await create_key(browser, expiry=str(days))).status == 201
+    assert (await create_key(browser, expiry=str(days))).status == 200
     [key] = await keys_of(site, user_id)
     assert key.expires_at is not None
     assert before + timedelta(days=days) <= key.expires_at <= utcnow() + timedelta(days=days)
@@ -91,7 +96,7 @@ async def test_expiry_defaults_to_30_days(site: Site) -> None:
     form = await browser.get("/keys/new")
     assert re.search(r'name="expiry" value="30"\s+checked', form.text)
     before = utcnow()
-    assert (await create_key(browser, expiry=None)).status == 201
+    assert (await create_key(browser, expiry=None)).status == 200
     [key] = await keys_of(site, user_id)
     assert key.expires_at is not None and before + timedelta(days=30) <= key.expires_at <= utcnow() + timedelta(days=30)
 
@@ -99,7 +104,7 @@ async def test_expiry_defaults_to_30_days(site: Site) -> None:
 async def test_expiry_on_a_date(site: Site) -> None:
     browser, user_id = await site.signed_in("ann@example.com")
     chosen = utcnow().date() + timedelta(days=45)
-    assert (await create_key(browser, expiry="date", expires_on=chosen.isoformat())).status == 201
+    assert (await create_key(browser, expiry="date", expires_on=chosen.isoformat())).status == 200
     [key] = await keys_of(site, user_id)
     assert key.expires_at == datetime(chosen.year, chosen.month, chosen.day, tzinfo=UTC)
     too_far = date.today() + timedelta(days=400)
@@ -118,6 +123,11 @@ async def test_secret_is_shown_exactly_once(site: Site) -> None:
     async with site.db.reading() as session:
         row = (await session.execute(sa.select(ApiKey.__table__).where(ApiKey.id == key.id))).one()
     assert all(secret not in str(value) for value in row)
+    # Reloading the page after the form (a GET: the form is never posted again) shows the key, not its secret.
+    again = await browser.get(f"/keys/{key.id}/created")
+    assert again.status == 200 and secret not in again.text and SECRET.search(again.text) is None
+    assert "shown once, when it was created, and" in again.text and f"svc_eval_…{secret[-4:]}" in again.text
+    assert len(await keys_of(site, user_id)) == 1
     listing = await browser.get("/keys")
     assert listing.status == 200 and "once" in listing.text
     assert secret not in listing.text and secret[9:-4] not in listing.text
@@ -142,7 +152,7 @@ async def test_the_eleventh_active_key_is_refused(site: Site) -> None:
     # An expired or revoked key frees its place.
     async with site.db.transaction() as session:
         await session.execute(sa.update(ApiKey).where(ApiKey.name == "k0").values(revoked_at=utcnow()))
-    assert (await create_key(browser, name="eleventh")).status == 201
+    assert (await create_key(browser, name="eleventh")).status == 200
 
 
 async def test_revoke_takes_a_confirmation_and_the_key_stops_working(site: Site) -> None:
@@ -168,11 +178,30 @@ async def test_revoke_takes_a_confirmation_and_the_key_stops_working(site: Site)
     assert "Revoked <time" in after.text and f'href="/keys/{key.id}/revoke"' not in after.text
 
 
+async def test_the_secret_goes_only_to_the_browser_that_made_the_key(site: Site) -> None:
+    """The page after the form needs the pad the form's answer gave its browser: the same user in another browser
+    (another session, no pad) sees no secret, and the key's sealed half is spent by that visit all the same."""
+    browser, user_id = await site.signed_in("ann@example.com")
+    posted = await browser.submit("/keys/new", "/keys", {"name": "ci", "scope": ["eval:read"], "expiry": "30"})
+    assert posted.status == 303 and posted.location is not None
+    elsewhere = site.browser()
+    elsewhere.cookies = {name: value for name, value in browser.cookies.items() if "new_key" not in name}
+    first = await elsewhere.get(posted.location)
+    assert first.status == 200 and SECRET.search(first.text) is None
+    assert SECRET.search((await browser.get(posted.location)).text) is None
+    [key] = await keys_of(site, user_id)
+    assert key.sealed_secret is None
+
+
 async def test_another_users_key_cannot_be_seen_or_revoked(site: Site) -> None:
     owner, owner_id = await site.signed_in("owner@example.com")
-    secret = secret_of(await create_key(owner, name="owned"))
-    [key] = await keys_of(site, owner_id)
+    posted = await owner.submit("/keys/new", "/keys", {"name": "owned", "scope": ["eval:read"], "expiry": "30"})
+    assert posted.status == 303 and posted.location is not None
     intruder, _ = await site.signed_in("intruder@example.com")
+    # Another's key page is not found, and their visit does not spend the owner's one showing.
+    assert (await intruder.get(posted.location)).status == 404
+    secret = secret_of(await owner.get(posted.location))
+    [key] = await keys_of(site, owner_id)
     assert (await intruder.get(f"/keys/{key.id}/revoke")).status == 404
     token = (await intruder.get("/keys")).csrf()
     assert (await intruder.post(f"/keys/{key.id}/revoke", {"csrf_token": token, "confirm": "yes"})).status == 404

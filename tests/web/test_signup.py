@@ -21,7 +21,7 @@ from tests.web.browser import Browser, Page
 from tests.web.conftest import Site
 
 PASSWORD = "long enough pw"
-_LINK = re.compile(r"http://vouch\.test(/signup/confirm/[A-Za-z0-9_-]+)")
+_LINK = re.compile(r"https://vouch\.test(/signup/confirm/[A-Za-z0-9_-]+)")
 
 
 @pytest.fixture

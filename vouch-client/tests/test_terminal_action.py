@@ -38,3 +38,13 @@ def test_a_checkpoint_line_lists_every_argument_in_full_with_long_values_indente
             "  This agent cannot read comments: a rejection ends the run.",
         ]
     )
+
+
+def _decided(decision: str) -> Event:
+    payload = {"decision": decision, "by": "rev@example.com", "via": "chat", "comment": "why"}
+    return Event(executionId="exe", seq=5, type="checkpoint.decided", payload=payload)
+
+
+def test_a_rejection_is_marked_with_a_cross_and_an_approval_with_a_tick() -> None:
+    assert describe(_decided("reject")) == "✘ rejected by rev@example.com via chat: why"
+    assert describe(_decided("approve")) == "✔ approved by rev@example.com via chat: why"

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from vouch_client.aio import AsyncClient
 from vouch_client.errors import ApiError, StreamError, TransportError, VouchError, WaitTimeout
 from vouch_client.models import StatusRecord, TaskSpec
+from vouch_client.terminal import STATUS_TONES, colour_wanted, paint
 from vouch_client.watching import watch
 
 T = TypeVar("T")
@@ -211,9 +212,9 @@ def tasks_wait(ctx: click.Context, execution_id: str, timeout: float | None) -> 
     _outcome(final)
 
 
-def _status_lines(status: StatusRecord) -> list[str]:
+def _status_lines(status: StatusRecord, colour: bool = False) -> list[str]:
     lines = [
-        f"{status.executionId}  {status.status}  {status.taskName}",
+        f"{status.executionId}  {paint(status.status, STATUS_TONES.get(status.status), colour)}  {status.taskName}",
         f"  created {status.createdAt.isoformat()}"
         + (f", finished {status.completedAt.isoformat()}" if status.completedAt else ""),
         f"  {status.metrics.steps} steps, {status.metrics.toolCalls} tool calls, "
@@ -242,7 +243,7 @@ def tasks_status(ctx: click.Context, execution_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(status.model_dump(mode="json"), indent=2))
     else:
-        click.echo("\n".join(_status_lines(status)))
+        click.echo("\n".join(_status_lines(status, colour_wanted(sys.stdout))))
 
 
 @tasks.command("list")
@@ -252,8 +253,18 @@ def tasks_status(ctx: click.Context, execution_id: str, as_json: bool) -> None:
 def tasks_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None:
     """Your executions, newest first."""
     page = _run(ctx, lambda client: client.list_executions(status=list(statuses) or None, limit=limit))
-    for item in page.items:
-        click.echo(f"{item.executionId}\t{item.status}\t{item.createdAt.isoformat()}\t{item.taskName}")
+    colour = colour_wanted(sys.stdout)
+    rows = [("EXECUTION", "STATUS", "CREATED", "TASK")] + [
+        (item.executionId, item.status, item.createdAt.isoformat(timespec="seconds"), item.taskName)
+        for item in page.items
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for number, row in enumerate(rows):
+        # Padded before painting: the colour's escape codes take no room on the screen.
+        cells = [cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True)]
+        cells[1] = paint(cells[1], STATUS_TONES.get(row[1]) if number else None, colour)
+        line = "  ".join([*cells, row[3]])
+        click.echo(line if number else paint(line, "heading", colour))
     if page.nextCursor:
         click.echo(f"(more: raise --limit, or page with the API's cursor {page.nextCursor})", err=True)
 
@@ -295,7 +306,9 @@ def checkpoints_decide(
             raise click.UsageError(f"--set takes NAME=VALUE, not {setting!r}")
         edits[name.strip()] = value
     answer = _run(ctx, lambda client: client.decide(execution_id, checkpoint_id, decision, comment, edits or None))
-    click.echo(f"{answer.checkpointId} {answer.decision.decision} by {answer.decision.by} via {answer.decision.via}")
+    verdict = answer.decision.decision
+    shown = paint(verdict, "ok" if verdict == "approve" else "bad", colour_wanted(sys.stdout))
+    click.echo(f"{answer.checkpointId} {shown} by {answer.decision.by} via {answer.decision.via}")
     for name, value in (answer.decision.editedArgs or {}).items():
         click.echo(f"  {name} changed to {value!r}")
 

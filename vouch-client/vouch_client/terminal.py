@@ -8,12 +8,25 @@ lines alone, and each change of state as a line of its own, so the log reads top
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from vouch_client.models import Event, StatusRecord
 
 CLEAR_LINE = "\r\x1b[2K"
+# SGR codes by what a line means: good news green, bad news red, a question yellow, the agent's acts cyan,
+# bookkeeping dim, column headings bold.
+TONES = {"ok": "32", "bad": "31", "ask": "33", "act": "36", "quiet": "2", "heading": "1"}
+STATUS_TONES = {
+    "completed": "ok",
+    "failed": "bad",
+    "rejected": "bad",
+    "cancelled": "quiet",
+    "awaiting_review": "ask",
+    "running": "act",
+    "queued": "quiet",
+}
 STATE_WORDS = {
     "queued": "queued",
     "running": "running",
@@ -23,6 +36,43 @@ STATE_WORDS = {
     "rejected": "rejected",
     "cancelled": "cancelled",
 }
+
+
+def colour_wanted(stream: TextIO) -> bool:
+    """Colour only on a terminal that takes it: never with NO_COLOR set to anything (no-color.org), nor with
+    TERM=dumb, nor into a pipe or a file (a CI log)."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
+def paint(text: str, tone: str | None, colour: bool) -> str:
+    """`text` in the colour of `tone` where colour is on; unchanged otherwise."""
+    return f"\x1b[{TONES[tone]}m{text}\x1b[0m" if colour and tone else text
+
+
+def tone_of(event: Event) -> str | None:
+    """What an event's line means, for its colour."""
+    p = event.payload
+    match event.type:
+        case "execution.completed":
+            return "ok"
+        case "execution.failed" | "execution.rejected":
+            return "bad"
+        case "checkpoint.awaiting_review":
+            return "ask"
+        case "checkpoint.decided":
+            if p.get("via") == "auto":
+                return "quiet"
+            return "ok" if p.get("decision") == "approve" else "bad"
+        case "tool.call":
+            return "act"
+        case "tool.result":
+            return "bad" if "error" in p else None
+        case "agent.message":
+            return None
+    return "quiet"
 
 
 def _clip(value: Any, limit: int = 160) -> str:
@@ -74,8 +124,9 @@ def describe(event: Event) -> str | None:
             if p.get("via") == "auto":
                 return "· A checkpoint passed without review"
             verb = {"approve": "approved", "reject": "rejected"}.get(str(p.get("decision")), str(p.get("decision")))
+            mark = "✔" if p.get("decision") == "approve" else "✘"
             comment = f": {_clip(p['comment'])}" if p.get("comment") else ""
-            return f"✔ {verb} by {p.get('by')} via {p.get('via')}{comment}"
+            return f"{mark} {verb} by {p.get('by')} via {p.get('via')}{comment}"
         case "checkpoint.revision_requested":
             return f"· The agent revises after the comment and asks again (attempt {p.get('nextAttempt')})"
         case "execution.updated":
@@ -109,9 +160,10 @@ def elapsed_text(seconds: float) -> str:
 class LiveView:
     """What `vouch tasks watch` shows; fed events in order, asked to redraw by a ticker."""
 
-    def __init__(self, out: TextIO, status: StatusRecord, *, tty: bool) -> None:
+    def __init__(self, out: TextIO, status: StatusRecord, *, tty: bool, colour: bool = False) -> None:
         self.out = out
         self.tty = tty
+        self.colour = colour
         self.execution_id = status.executionId
         self.task_name = status.taskName
         self.state = status.status
@@ -136,7 +188,10 @@ class LiveView:
             self.out.write(CLEAR_LINE + self._footer())
             self.out.flush()
 
-    def line(self, text: str) -> None:
+    def line(self, text: str, tone: str | None = None) -> None:
+        # Only the first line takes the colour: what follows (a checkpoint's arguments) is the agent's text.
+        first, newline, rest = text.partition("\n")
+        text = paint(first, tone, self.colour) + newline + rest
         self.out.write((CLEAR_LINE if self.tty else "") + text + "\n")
         self.redraw()
         if not self.tty:
@@ -161,7 +216,7 @@ class LiveView:
             self.finished_at = event.at or self._now()
         text = describe(event)
         if text is not None:
-            self.line(text)
+            self.line(text, tone_of(event))
         if not self.tty and self.state != before and event.outcome is None:
             self.line(f"  {self.progress()}")
 
@@ -179,5 +234,6 @@ class LiveView:
         summary = f"{STATE_WORDS.get(status.status, status.status)} in {seconds:.1f} s · {m.steps} steps"
         if m.reviewWaitMs:
             summary += f" · {m.reviewWaitMs / 1000:.1f} s waiting for review"
+        summary = paint(summary, STATUS_TONES.get(status.status), self.colour)
         self.out.write((CLEAR_LINE if self.tty else "") + f"Result: {summary}\n")
         self.out.flush()

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from vouch_client.aio import AsyncClient
 from vouch_client.errors import ApiError, StreamError, WaitTimeout
 from vouch_client.models import Event, StatusRecord
-from vouch_client.terminal import LiveView
+from vouch_client.terminal import LiveView, colour_wanted
 
 PROMPT = "Checkpoint {stage}: {question} — [a]pprove, [r]eject <comment>, [s]kip > "
 REASON_PROMPT = "Why reject? (the agent revises from your comment) > "
@@ -161,7 +161,7 @@ async def watch(
     stdin = stdin or sys.stdin
     tty = out.isatty()
     status = await client.status(execution_id)
-    view = LiveView(out, status, tty=tty)
+    view = LiveView(out, status, tty=tty, colour=colour_wanted(out))
     view.header()
     lines = _Lines(stdin) if prompt and tty and stdin.isatty() else None
     deadline = None if timeout is None else time.monotonic() + timeout
