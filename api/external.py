@@ -334,9 +334,12 @@ async def finish(session: AsyncSession, execution: Execution, body: ExternalComp
     now = utcnow()
     if body.status == "completed":
         result = dict(body.result or {})
+        summary = result.get("output") or result.get("summary")
+        if isinstance(summary, str) and summary:
+            # The agent's answer is the run's summary, as a built-in run's is: the completion webhook carries it.
+            result.setdefault("summary", summary)
         execution.status, execution.completed_at, execution.result = "completed", now, result
         await session.flush()
-        summary = result.get("output") or result.get("summary")
         if isinstance(summary, str) and summary:
             await append_event(session, execution_id, EventType.AGENT_MESSAGE, {"text": summary})
         await append_event(
