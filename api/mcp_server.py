@@ -1,7 +1,8 @@
 """Bring your own agent over the Model Context Protocol (issue 22): `/mcp`, streamable HTTP, the official SDK.
 
 Any MCP-capable agent asks a human through Vouch with the tool `request_approval` and writes into the live chat
-with `report_progress`, on an external execution (`agentModel: "external"`) of the key's own user. Each tool is a
+with `report_progress`, on an external execution (`agentModel: "external"`) of the key's own user: one it made
+with `start_run`, or one made over REST (`executionId`); `complete_run` ends it. Each tool is a
 thin skin over the REST routes' functions (api/external.py): the same ownership checks, the same keys, the same
 pause (review/pausing.py), the same long-poll; nothing is decided or stored here.
 
@@ -44,6 +45,10 @@ from api.external_schemas import (
 )
 from api.problems import ApiError
 from api.ratelimit_http import retry_after_seconds
+from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
+from api.tasks import create_execution
+from core.links import chat_url
+from core.model_profiles import EXTERNAL
 
 PATH = "/mcp"
 SCOPE = "eval:create"
@@ -58,10 +63,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 INSTRUCTIONS = (
-    "Vouch puts a human reviewer between your agent and the actions it should not take alone. Work on an external "
-    "execution (executionId, created with agentModel 'external'). Call request_approval before each such action: "
-    "it returns once the reviewer decided, with the arguments to use. Call report_progress to tell the reviewer, "
-    "in the live chat, what you are doing, and complete_run when done."
+    "Vouch puts a human reviewer between your agent and the actions it should not take alone. Work on an "
+    "external execution: start_run creates one (or use the executionId of one created over REST). Call "
+    "request_approval before each such action: it returns once the reviewer decided, with the arguments to use. "
+    "Call report_progress to tell the reviewer, in the live chat, what you are doing, and complete_run when done."
 )
 
 
@@ -81,7 +86,8 @@ def _caller(ctx: Context) -> Caller:
 
 def _refusal(error: ApiError) -> ToolError:
     # The REST problem's code leads, so an agent (or its model) can tell `execution_cancelled` from `not_found`.
-    return ToolError(f"{error.code}: {error.detail}")
+    fields = "; ".join(f"{e.get('pointer', '')}: {e.get('detail', '')}" for e in error.errors or ())
+    return ToolError(f"{error.code}: {error.detail}" + (f" ({fields})" if fields else ""))
 
 
 def _invalid(error: ValidationError) -> ToolError:
@@ -102,6 +108,38 @@ def build_mcp(app: Quart) -> MCPServer:
     def found() -> AppServices:
         services: AppServices = app.extensions["vouch"]
         return services
+
+    @server.tool()
+    async def start_run(
+        taskName: str,
+        taskDescription: str,
+        ctx: Context,
+        assignedReviewer: str | None = None,
+        testMode: str = "with-verification",
+        webhookUrl: str | None = None,
+    ) -> dict[str, Any]:
+        """Create an external execution for this agent's run (as `POST /api/eval/create-task-agent` with
+        `agentModel: "external"`): returns its `executionId`, which every other tool takes, and `chatUrl`, the live
+        chat to share with the reviewer. `assignedReviewer` (an e-mail address) is who is asked at checkpoints.
+        Each call creates a new execution: call it once per run."""
+        caller = _caller(ctx)
+        services = found()
+        settings = services.settings
+        payload: dict[str, Any] = {"taskName": taskName, "taskDescription": taskDescription, "agentModel": EXTERNAL,
+                                   "testMode": testMode}
+        payload.update({name: value for name, value in (("assignedReviewer", assignedReviewer),
+                                                          ("webhookUrl", webhookUrl)) if value is not None})
+        try:
+            task = parse_body(CreateTaskIn, payload, {MODEL_PROFILES: settings.model_profiles})
+            async with services.db.transaction() as session:
+                execution = await create_execution(
+                    session, caller, task, EXTERNAL, concurrency_limit=settings.concurrency_limit
+                )
+        except ApiError as refused:
+            raise _refusal(refused) from None
+        request = cast(Request, ctx.request_context.request)
+        base = settings.base_url or str(request.base_url).rstrip("/")
+        return {"executionId": execution.id, "chatUrl": chat_url(base, settings.secret_key, execution.id)}
 
     @server.tool()
     async def request_approval(

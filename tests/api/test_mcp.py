@@ -238,3 +238,38 @@ def test_keys_scopes_and_another_user_s_execution(live: Live) -> None:
         assert "not_found: no execution with that id" in text, text
     row = execution_row(live, execution_id)
     assert row["status"] == "queued" and [kind for _, kind, _ in row["events"]] == ["execution.created"]
+
+
+def test_an_mcp_only_agent_starts_its_run_and_its_reviewer_watches_the_chat(live: Live) -> None:
+    async def agent() -> tuple[str, str, dict[str, Any]]:
+        async with mcp_session(live.base, live.owner.key) as mcp:
+            refused = await mcp.call_tool("start_run", {
+                "taskName": "Own agent", "taskDescription": "Send the mail", "testMode": "sometimes"})
+            assert "validation_failed" in error_text(refused) and "/testMode" in error_text(refused)
+            started = structured(await mcp.call_tool("start_run", {
+                "taskName": "Own agent", "taskDescription": "Send the mail", "assignedReviewer": REVIEWER}))
+            execution_id, chat = started["executionId"], started["chatUrl"]
+            structured(await mcp.call_tool("report_progress", {
+                "executionId": execution_id, "message": "Found 3 recipients"}))
+            asked = asyncio.create_task(mcp.call_tool("request_approval", {
+                "executionId": execution_id, "stage": "Send", "question": "Mail these 3?", "action": SEND}))
+            checkpoint_id = awaiting_checkpoint(await until_awaiting(live, execution_id))
+            async with httpx.AsyncClient(timeout=30) as browser:
+                page = await browser.get(chat)  # the reviewer's view of the run, from the link the agent got
+            assert page.status_code == 200 and "Found 3 recipients" in page.text and "Mail these 3?" in page.text
+            async with httpx.AsyncClient(base_url=live.other_base, timeout=30,
+                                         headers={"Authorization": f"Bearer {live.reviewer.key}"}) as reviewer:
+                decided = await reviewer.post(path(execution_id, f"checkpoints/{checkpoint_id}/decision"),
+                                              json={"decision": "approve"})
+                assert decided.status_code == 200, decided.text
+            answer = structured(await asyncio.wait_for(asked, 20))
+            ended = structured(await mcp.call_tool("complete_run", {
+                "executionId": execution_id, "failed": True, "error": "the mail server refused"}))
+            assert ended == {"executionId": execution_id, "status": "failed"}
+            return execution_id, checkpoint_id, answer
+
+    execution_id, checkpoint_id, answer = asyncio.run(agent())
+    assert answer["checkpointId"] == checkpoint_id and answer["decision"] == "approve"
+    row = execution_row(live, execution_id)
+    assert row["status"] == "failed" and row["error"]["code"] == "agent_failed"
+    assert "the mail server refused" in row["error"]["detail"]
