@@ -109,6 +109,9 @@ def _serve(settings: Settings, host: str, port: int, run_worker: bool) -> None:
     run_web_server(create_asgi_app(settings, run_worker=run_worker, server_process=True), settings, host, port)
 
 
+GRACEFUL_STOP_SECONDS = 65
+
+
 def run_web_server(app: Any, settings: Settings, host: str, port: int) -> None:
     """Serve an ASGI app under uvicorn as every web process does (`vouch serve`, `vouch web`, the bench's)."""
     import uvicorn
@@ -118,6 +121,9 @@ def run_web_server(app: Any, settings: Settings, host: str, port: int) -> None:
     uvicorn.run(
         app, host=host, port=port, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config,
         access_log=False,  # api/operations.py logs each request once, with its id, route and time
+        # A stop lets requests in flight finish, but not forever: a REST long-poll ends within 60 s, an MCP
+        # request_approval only at its decision. Cut after this, the agent calls again with the same key (safe).
+        timeout_graceful_shutdown=GRACEFUL_STOP_SECONDS,
     )
 
 
