@@ -118,29 +118,27 @@ async def measure_long_poll(st: Stack, quick: bool) -> None:
 
         async def agent_and_reviewer(i: int) -> None:
             url = f"{poll_base}/api/eval/executions/{ids[i]}/checkpoints/{checkpoints[i]}"
-            decided: dict[str, float] = {}
 
-            async def poll() -> None:
+            async def poll() -> float:
                 async with client.get(url, params={"wait": "60"}) as answer:
                     data = await answer.json()
                     heard = time.time()
                 if answer.status != 200 or data.get("decision") != "approve":
                     raise SystemExit(f"long-poll answered {answer.status} {data}")
-                if "sent" not in decided:
-                    early.append(ids[i])  # answered before the decision was sent: never the case if all is well
-                latencies.append((heard - decided["sent"]) * 1000 if "sent" in decided else float("nan"))
+                return heard
 
-            async def decide() -> None:
+            async def decide() -> float:
                 await asyncio.sleep(max(0.0, start + i / rate - loop.time()))
                 async with posters[i] as poster:
                     sent, status, data = await poster.post({"decision": "approve", "comment": "bench"})
-                decided["sent"] = sent
                 if status != 200:
                     raise SystemExit(f"decision answered {status} {data}")
+                return sent
 
-            polling = asyncio.create_task(poll())
-            await decide()
-            await polling
+            heard, sent = await asyncio.gather(poll(), decide())
+            if heard < sent:
+                early.append(ids[i])  # answered before its decision was sent: never the case if all is well
+            latencies.append((heard - sent) * 1000)
 
         await open_loop(count, rate, agent_and_reviewer)
     if early:
