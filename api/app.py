@@ -200,8 +200,9 @@ def freeze_heap_once_serving(app: Quart) -> None:
 
 
 def create_asgi_app(settings: Settings, *, run_worker: bool = False, server_process: bool = False) -> Any:
-    """What a web process serves: the Quart app with the chat's Socket.IO server mounted beside it
-    (`vouch serve` and `vouch web`, with `server_process`, and the tests' live servers)."""
+    """What a web process serves: the Quart app with the chat's Socket.IO server and the MCP endpoint (`/mcp`)
+    mounted beside it (`vouch serve` and `vouch web`, with `server_process`, and the tests' live servers)."""
+    from api.mcp_server import mount_mcp
     from chat.socket import mount_chat
 
     app = create_app(settings, run_worker=run_worker)
@@ -210,4 +211,4 @@ def create_asgi_app(settings: Settings, *, run_worker: bool = False, server_proc
     asgi = mount_chat(app, settings)
     # socketio.ASGIApp keeps the Socket.IO server as its engineio_server: /metrics counts its connections.
     ops_metrics(app).socketio_server = asgi.engineio_server
-    return asgi
+    return mount_mcp(app, asgi)

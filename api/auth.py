@@ -10,7 +10,7 @@ from typing import ParamSpec, TypeVar
 from quart import g, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from api.app_services import app_services
+from api.app_services import AppServices, app_services
 from api.problems import ApiError, not_found, unauthorized
 from api.ratelimit_http import charge_request
 from core import apikeys
@@ -35,17 +35,23 @@ def current_caller() -> Caller:
 
 
 async def authenticate() -> Caller:
-    header = request.headers.get("Authorization")
+    return await caller_of(app_services(), request.headers.get("Authorization"), request.remote_addr, db_session)
+
+
+async def caller_of(
+    found: AppServices, header: str | None, remote_addr: str | None, session: Callable[[], AsyncSession]
+) -> Caller:
+    """Who an `Authorization: Bearer <API key>` header names (401 otherwise): REST's check, and MCP's
+    (api/mcp_server.py). `session` is opened only on a key-cache miss."""
     if not header:
         raise unauthorized("missing_api_key", "send your API key as 'Authorization: Bearer svc_eval_…'")
     scheme, _, secret = header.partition(" ")
     secret = secret.strip()
     if scheme.lower() != "bearer" or not secret or " " in secret:
         raise unauthorized("malformed_authorization", "the Authorization header must be 'Bearer <API key>'")
-    found = app_services()
     # This runs before every API request: the key and its owner come from the process's key cache
     # (core/auth_cache.py), which opens the request's session only on a miss.
-    key = await found.auth_cache.find(secret, found.settings.secret_key, db_session)
+    key = await found.auth_cache.find(secret, found.settings.secret_key, session)
     if key is None:
         raise unauthorized("invalid_api_key", "this API key is not valid")
     now = utcnow()
@@ -54,8 +60,19 @@ async def authenticate() -> Caller:
     if state != "active":
         raise unauthorized(f"api_key_{state}", f"this API key has been {state}")
     # Counted in memory and written in batches (api/usage.py): no write per request.
-    found.usage.record(key.key_id, request.remote_addr, now)
+    found.usage.record(key.key_id, remote_addr, now)
     return Caller(key.user_id, key.email, key.key_id, key.scopes)
+
+
+def lacks_scope(caller: Caller, scope: str) -> ApiError | None:
+    if scope in caller.scopes:
+        return None
+    return ApiError(
+        403,
+        "insufficient_scope",
+        f"this API key lacks the {scope} scope",
+        headers={"WWW-Authenticate": f'Bearer realm="vouch", error="insufficient_scope", scope="{scope}"'},
+    )
 
 
 def require_scope(scope: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
@@ -69,13 +86,9 @@ def require_scope(scope: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[
             caller = await authenticate()
             # Every request made with a valid key counts (spec §8), a 403 for a missing scope included.
             await charge_request(caller.key_id)
-            if scope not in caller.scopes:
-                raise ApiError(
-                    403,
-                    "insufficient_scope",
-                    f"this API key lacks the {scope} scope",
-                    headers={"WWW-Authenticate": f'Bearer realm="vouch", error="insufficient_scope", scope="{scope}"'},
-                )
+            refused = lacks_scope(caller, scope)
+            if refused is not None:
+                raise refused
             g.caller = caller
             return await view(*args, **kwargs)
 

@@ -182,6 +182,9 @@ def clear_text_warning(settings: Settings) -> str:
     )
 
 
+GRACEFUL_STOP_SECONDS = 65
+
+
 def run_web_server(app: Any, settings: Settings, sock: socket.socket, *, started: str | None = None) -> None:
     """Serve an ASGI app under uvicorn on a bound socket, as every web process does (`vouch serve`, `vouch web`,
     the bench's); `started` is said on stderr once it accepts connections."""
@@ -192,6 +195,9 @@ def run_web_server(app: Any, settings: Settings, sock: socket.socket, *, started
     config = uvicorn.Config(
         app, log_level="info", lifespan="on", ws="websockets-sansio", log_config=log_config,
         access_log=False,  # api/operations.py logs each request once, with its id, route and time
+        # A stop lets requests in flight finish, but not forever: a REST long-poll ends within 60 s, an MCP
+        # request_approval only at its decision. Cut after this, the agent calls again with the same key (safe).
+        timeout_graceful_shutdown=GRACEFUL_STOP_SECONDS,
     )  # fmt: skip
 
     class Server(uvicorn.Server):

@@ -23,13 +23,15 @@ from api.problems import ApiError, not_found
 from api.schemas import parse_body
 from api.tasks import json_body
 from core.backends import backend_of
-from core.bus import execution_channel
+from core.bus import Bus, execution_channel
+from core.db import Database
 from core.errors import FailureCode, failure
 from core.events import append_event, append_events
 from core.formatting import isoformat
 from core.ids import new_id
 from core.model_profiles import EXTERNAL
 from core.models import Checkpoint, Execution, ExternalKey, utcnow
+from core.settings import Settings
 from core.vocabulary import FINAL, Channel, EventType
 from core.web.services import close_request_session, db_session, services
 from review import decide
@@ -53,7 +55,7 @@ def _refused(execution: Execution) -> ApiError | None:
     return None
 
 
-async def _external(session: AsyncSession, execution_id: str, caller: Caller) -> Execution:
+async def running_external(session: AsyncSession, execution_id: str, caller: Caller) -> Execution:
     """The caller's external execution, still under way (locked against a concurrent cancel on PostgreSQL)."""
     await owned_execution(session, execution_id, caller)
     execution = await session.scalar(
@@ -90,19 +92,18 @@ async def _new_keys(session: AsyncSession, execution_id: str, keys: list[str], k
     return set(added.scalars())
 
 
-@blueprint.post("/<execution_id>/events")
-@require_scope("eval:create")
-async def post_events(execution_id: str) -> tuple[dict[str, Any], int]:
-    """Add the agent's events; an event whose key was seen before is skipped (a retried batch)."""
-    session = db_session()
-    execution = await _external(session, execution_id, current_caller())
-    body = parse_body(ExternalEventsIn, await json_body())
+async def add_events(
+    session: AsyncSession, settings: Settings, execution: Execution, body: ExternalEventsIn
+) -> dict[str, Any]:
+    """Add the agent's events; an event whose key was seen before is skipped (a retried batch).
+
+    The one way in for events: the REST route below and the MCP tool `report_progress` (api/mcp_server.py)."""
+    execution_id = execution.id
     keys = [event.key for event in body.events]
     if len(set(keys)) != len(keys):
         raise ApiError(422, "validation_failed", "events: two events share a key; each needs its own")
     await _start(session, execution)
     new = await _new_keys(session, execution_id, keys, "event")
-    settings = services().settings
     items = [item for event in body.events if event.key in new for item in as_events(settings, event)]
     if items:
         added = await append_events(session, execution_id, items)
@@ -127,7 +128,17 @@ async def post_events(execution_id: str) -> tuple[dict[str, Any], int]:
             {"key": key, "seq": int(known[key]) if known.get(key) else None, "duplicate": key not in new}
             for key in keys
         ],
-    }, 200
+    }
+
+
+@blueprint.post("/<execution_id>/events")
+@require_scope("eval:create")
+async def post_events(execution_id: str) -> tuple[dict[str, Any], int]:
+    """Add the agent's events; an event whose key was seen before is skipped (a retried batch)."""
+    session = db_session()
+    execution = await running_external(session, execution_id, current_caller())
+    body = parse_body(ExternalEventsIn, await json_body())
+    return await add_events(session, services().settings, execution, body), 200
 
 
 async def _checkpoint_answer(session: AsyncSession, checkpoint: Checkpoint) -> dict[str, Any]:
@@ -165,13 +176,12 @@ async def _checkpoint_answer(session: AsyncSession, checkpoint: Checkpoint) -> d
     return answer
 
 
-@blueprint.post("/<execution_id>/checkpoints")
-@require_scope("eval:create")
-async def post_checkpoint(execution_id: str) -> tuple[dict[str, Any], int]:
-    """Pause for the reviewer before `nextAction`; the same key again answers with the same checkpoint."""
-    session = db_session()
-    execution = await _external(session, execution_id, current_caller())
-    body = parse_body(ExternalCheckpointIn, await json_body())
+async def ask_checkpoint(
+    session: AsyncSession, settings: Settings, execution: Execution, body: ExternalCheckpointIn
+) -> tuple[dict[str, Any], int]:
+    """Pause for the reviewer before `nextAction`; the same key again answers with the same checkpoint (200,
+    201 when new). The one way in for checkpoints: the REST route and the MCP tool `request_approval`."""
+    execution_id = execution.id
     seen = await session.scalar(
         sa.select(ExternalKey.ref).where(ExternalKey.execution_id == execution_id, ExternalKey.key == body.key)
     )
@@ -235,17 +245,55 @@ async def post_checkpoint(execution_id: str) -> tuple[dict[str, Any], int]:
         await decide(session, checkpoint.id, "approve", by="vouch", via=Channel.AUTO)
         await session.refresh(checkpoint)
         return await _checkpoint_answer(session, checkpoint), 201
-    await pause_for_review(session, services().settings, execution_id, checkpoint, next_action)
+    await pause_for_review(session, settings, execution_id, checkpoint, next_action)
     await session.flush()
     return await _checkpoint_answer(session, checkpoint), 201
 
 
-async def _read_checkpoint(execution_id: str, checkpoint_id: str) -> dict[str, Any] | None:
-    async with services().db.reading() as session:
+@blueprint.post("/<execution_id>/checkpoints")
+@require_scope("eval:create")
+async def post_checkpoint(execution_id: str) -> tuple[dict[str, Any], int]:
+    """Pause for the reviewer before `nextAction`; the same key again answers with the same checkpoint."""
+    session = db_session()
+    execution = await running_external(session, execution_id, current_caller())
+    body = parse_body(ExternalCheckpointIn, await json_body())
+    return await ask_checkpoint(session, services().settings, execution, body)
+
+
+async def _read_checkpoint(db: Database, execution_id: str, checkpoint_id: str) -> dict[str, Any] | None:
+    async with db.reading() as session:
         checkpoint = await session.get(Checkpoint, checkpoint_id)
         if checkpoint is None or checkpoint.execution_id != execution_id:
             return None
         return await _checkpoint_answer(session, checkpoint)
+
+
+async def wait_for_decision(
+    db: Database, bus: Bus, execution_id: str, checkpoint_id: str, wait: float | None
+) -> dict[str, Any]:
+    """The checkpoint's answer once decided on any channel, the run ended, or `wait` seconds passed (None: no
+    limit). The caller has checked the execution is its own; no transaction is held while waiting."""
+    deadline = None if wait is None else time.monotonic() + wait
+    # Subscribed before the first read: a decision committed in between is then both read and heard.
+    async with bus.subscribe(execution_channel(execution_id)) as heard:
+        while True:
+            answer = await _read_checkpoint(db, execution_id, checkpoint_id)
+            if answer is None:
+                raise not_found("checkpoint")
+            if answer["executionStatus"] == "cancelled":
+                raise ApiError(409, "execution_cancelled", f"execution {execution_id} was cancelled; stop")
+            left = None if deadline is None else deadline - time.monotonic()
+            if answer["decision"] is not None or answer["executionStatus"] in FINAL or (left is not None and left <= 0):
+                return answer
+            await heard.get(timeout=left)  # any event of the execution: look again
+
+
+async def owned_external(session: AsyncSession, execution_id: str, caller: Caller) -> Execution:
+    """The caller's external execution, in whatever state (a long-poll reads a finished one's answer too)."""
+    execution = await owned_execution(session, execution_id, caller)
+    if execution.agent_model != EXTERNAL:
+        raise ApiError(409, "not_external", f"execution {execution_id} is run by the built-in agent")
+    return execution
 
 
 def _wait_seconds() -> float:
@@ -270,42 +318,28 @@ async def get_checkpoint(execution_id: str, checkpoint_id: str) -> dict[str, Any
     """The checkpoint's decision; with `wait=N`, held up to N seconds until one is made on any channel."""
     caller = current_caller()
     wait = _wait_seconds()
-    execution = await owned_execution(db_session(), execution_id, caller)
-    if execution.agent_model != EXTERNAL:
-        raise ApiError(409, "not_external", f"execution {execution_id} is run by the built-in agent")
-    # No transaction held open while waiting: each look below reads afresh.
+    await owned_external(db_session(), execution_id, caller)
+    # No transaction held open while waiting: each look reads afresh.
     await close_request_session(None)
-    deadline = time.monotonic() + wait
-    # Subscribed before the first read: a decision committed in between is then both read and heard.
-    async with services().bus.subscribe(execution_channel(execution_id)) as heard:
-        while True:
-            answer = await _read_checkpoint(execution_id, checkpoint_id)
-            if answer is None:
-                raise not_found("checkpoint")
-            if answer["executionStatus"] == "cancelled":
-                raise ApiError(409, "execution_cancelled", f"execution {execution_id} was cancelled; stop")
-            left = deadline - time.monotonic()
-            if answer["decision"] is not None or answer["executionStatus"] in FINAL or left <= 0:
-                return answer
-            await heard.get(timeout=left)  # any event of the execution: look again
+    found = services()
+    return await wait_for_decision(found.db, found.bus, execution_id, checkpoint_id, wait)
 
 
-@blueprint.post("/<execution_id>/complete")
-@require_scope("eval:create")
-async def complete(execution_id: str) -> tuple[dict[str, Any], int]:
+async def finish(session: AsyncSession, execution: Execution, body: ExternalCompleteIn) -> dict[str, Any]:
     """The run's end, told by the agent: `completed` with its result, or `failed` with its error."""
-    session = db_session()
-    execution = await _external(session, execution_id, current_caller())
-    body = parse_body(ExternalCompleteIn, await json_body())
+    execution_id = execution.id
     if execution.status == "awaiting_review":
         raise ApiError(409, "awaiting_review", "a checkpoint waits for its reviewer; wait for the decision first")
     await _start(session, execution)
     now = utcnow()
     if body.status == "completed":
         result = dict(body.result or {})
+        summary = result.get("output") or result.get("summary")
+        if isinstance(summary, str) and summary:
+            # The agent's answer is the run's summary, as a built-in run's is: the completion webhook carries it.
+            result.setdefault("summary", summary)
         execution.status, execution.completed_at, execution.result = "completed", now, result
         await session.flush()
-        summary = result.get("output") or result.get("summary")
         if isinstance(summary, str) and summary:
             await append_event(session, execution_id, EventType.AGENT_MESSAGE, {"text": summary})
         await append_event(
@@ -317,4 +351,14 @@ async def complete(execution_id: str) -> tuple[dict[str, Any], int]:
         execution.error, execution.error_info = error["detail"], error
         await session.flush()
         await append_event(session, execution_id, EventType.EXECUTION_FAILED, {"status": "failed", "error": error})
-    return {"success": True, "executionId": execution_id, "status": execution.status}, 200
+    return {"success": True, "executionId": execution_id, "status": execution.status}
+
+
+@blueprint.post("/<execution_id>/complete")
+@require_scope("eval:create")
+async def complete(execution_id: str) -> tuple[dict[str, Any], int]:
+    """The run's end, told by the agent: `completed` with its result, or `failed` with its error."""
+    session = db_session()
+    execution = await running_external(session, execution_id, current_caller())
+    body = parse_body(ExternalCompleteIn, await json_body())
+    return await finish(session, execution, body), 200

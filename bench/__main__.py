@@ -13,7 +13,7 @@ import platform
 import time
 from datetime import UTC, datetime
 
-from bench import approve_resume, chat_fanout, create_first_step, durable_step, paused, status_throughput
+from bench import approve_resume, chat_fanout, create_first_step, durable_step, external, paused, status_throughput
 from bench.common import Measure, backends_of, common_arguments, stack
 
 FIGURES: dict[str, Measure] = {
@@ -22,6 +22,8 @@ FIGURES: dict[str, Measure] = {
     "approve-next-step": approve_resume.measure,
     "status-throughput": status_throughput.measure,
     "chat-fanout": chat_fanout.measure,
+    "decision-long-poll": external.measure_long_poll,
+    "external-events-chat": external.measure_events,
     "paused-executions": paused.measure,
 }
 

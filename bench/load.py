@@ -33,8 +33,8 @@ class WirePoster:
     stamp it is one write on loopback. Connections are opened before the first send and reused; one more is
     opened whenever all are busy (an open loop must not wait for an answer) and instead of one the server closed."""
 
-    def __init__(self, st: Stack, path: str, connections: int = 4) -> None:
-        self._host, self._port = "127.0.0.1", st.port
+    def __init__(self, st: Stack, path: str, connections: int = 4, port: int | None = None) -> None:
+        self._host, self._port = "127.0.0.1", port or st.port
         self._head = (
             f"POST {path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\nAuthorization: Bearer {st.key}\r\n"
             "Content-Type: application/json\r\n"

@@ -22,6 +22,7 @@ from quart import Quart, request
 
 from api.app import create_app, freeze_heap_once_serving
 from api.cli import listening_socket, run_web_server
+from api.mcp_server import mount_mcp
 from bench.chat_fanout import write
 from chat.socket import mount_chat
 from core.logs import configure_logging
@@ -66,7 +67,7 @@ def main() -> None:
     app = create_app(settings, run_worker=args.worker)
     freeze_heap_once_serving(app)
     add_bench_routes(app)
-    run_web_server(mount_chat(app, settings), settings, listening_socket("127.0.0.1", args.port))
+    run_web_server(mount_mcp(app, mount_chat(app, settings)), settings, listening_socket("127.0.0.1", args.port))
 
 
 if __name__ == "__main__":

@@ -349,3 +349,39 @@ def test_the_chat_shows_the_external_agent_s_events_and_its_checkpoint(live: Liv
     assert page.status_code == 200, page.text[:500]
     for shown in ("Looking at the release notes", "read_notes", "Send the release mail?", "team@example.com"):
         assert shown in page.text, shown
+
+
+async def test_complete_sends_the_signed_completion_webhook_to_a_real_receiver(settings: Settings) -> None:
+    from core.allowlist import parse_allowlist
+    from core.webhook_secrets import signing_secrets
+    from tests.support.waiting import until
+    from tests.support.webhook_receiver import webhook_receiver
+
+    hooked = settings.with_changes(base_url=None, webhook_allowlist=parse_allowlist("127.0.0.1/32"))
+    (owner,) = await asyncio.to_thread(accounts, hooked, (OWNER, ("eval:create",)))
+    database = Database(hooked.database_url, InProcessBus())
+    try:
+        async with database.reading() as session:  # what `vouch webhooks secret` shows the owner
+            secret = (await signing_secrets(session, hooked.secret_key, owner.user_id)).current
+    finally:
+        await database.dispose()
+    async with webhook_receiver([secret]) as receiver:
+        with live_server(hooked, run_worker=True) as base:
+            async with httpx.AsyncClient(base_url=base, headers=bearer(owner.key), timeout=30) as http:
+                created = await http.post("/api/eval/create-task-agent", json=external_task(
+                    testMode="without-verification", webhookUrl=receiver.url))
+                assert created.status_code == 201, created.text
+                execution_id = created.json()["executionId"]
+                sent = await http.post(path(execution_id, "events"), json={"events": EVENTS})
+                assert sent.status_code == 200, sent.text
+                done = await http.post(path(execution_id, "complete"), json={
+                    "status": "completed", "result": {"output": "Mail sent to the team."}})
+                assert done.status_code == 200, done.text
+                [request] = await until(lambda: receiver.count(1), timeout=30)
+    assert request.verified_with == [0]  # signed with the owner's secret, checked by standardwebhooks
+    (body,) = receiver.payloads()
+    assert body["type"] == "execution.completed"
+    data = body["data"]
+    assert data["executionId"] == execution_id and data["status"] == "completed"
+    assert data["summary"] == "Mail sent to the team." and data["error"] is None  # the agent's answer
+    assert data["metrics"]["toolCalls"] == 1 and data["metrics"]["inputTokens"] == 1000
