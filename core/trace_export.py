@@ -2,11 +2,12 @@
 
 The outbox rows (core/trace_outbox.py) are claimed with a lease, as webhook deliveries are, so any number of
 workers export each unit once; the spans are built from the execution's events (core/trace_spans.py) and sent
-through the SDK's OTLP exporter, which reads its other variables itself (OTEL_EXPORTER_OTLP_HEADERS,
-OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_COMPRESSION, OTEL_EXPORTER_OTLP_CERTIFICATE and their TRACES_ forms) and retries a transient failure within its timeout. A row is `sent` once the
-collector accepted it; a refusal is tried again on SCHEDULE, then the row ends `failed`, in the log. A worker that
-dies between the collector's answer and the row's update exports the unit again when its lease runs out, with the
-same trace and span ids.
+through the SDK's OTLP exporter. It reads its other variables itself (OTEL_EXPORTER_OTLP_HEADERS,
+OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_EXPORTER_OTLP_COMPRESSION, OTEL_EXPORTER_OTLP_CERTIFICATE and their TRACES_
+forms) and retries a transient failure within its timeout. A row is `sent` once the collector accepted it; a
+refusal is tried again on SCHEDULE, then the row ends `failed`, in the log. A worker that dies between the
+collector's answer and the row's update exports the unit again when its lease runs out, with the same trace and
+span ids.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
+from core.model_profiles import PROVIDERS
 from core.models import Event
 from core.vocabulary import ENDING_EVENTS, EventType, ExecutionStatus
 
@@ -200,7 +201,13 @@ class SpanBuilder:
 
     def _chat(self, facts: RunFacts, event: Event, parent: Context) -> None:
         payload = event.payload
-        model = facts.request_model or str(payload.get("model") or "")
+        reported = str(payload.get("model") or "")
+        model, provider = facts.request_model or reported, facts.provider
+        if facts.request_model is None:
+            # An external agent reports `provider:model` as a task would name it: split where the provider is known.
+            named, _, rest = reported.partition(":")
+            if named in PROVIDERS and rest:
+                provider, model = named, rest
         attributes: dict[str, AttributeValue] = {
             **_common(facts),
             "gen_ai.operation.name": "chat",
@@ -208,8 +215,10 @@ class SpanBuilder:
             "gen_ai.usage.input_tokens": int(payload.get("inputTokens") or 0),
             "gen_ai.usage.output_tokens": int(payload.get("outputTokens") or 0),
         }
-        if payload.get("model"):
-            attributes["gen_ai.response.model"] = str(payload["model"])
+        if provider is not None:
+            attributes["gen_ai.provider.name"] = provider
+        if reported and facts.request_model is not None:
+            attributes["gen_ai.response.model"] = reported  # the model that answered, as the provider named it
         if payload.get("costUsd") is not None:
             attributes["vouch.cost_usd"] = float(payload["costUsd"])
         end = event.created_at

@@ -18,7 +18,7 @@ from core.models import TraceExport
 from core.settings import Settings, load_settings
 from core.trace_spans import span_id_of, trace_id_of
 from tests.api.helpers import account, create_ok, decide, has_status, paused_at, task, wait_for
-from tests.conftest import Account, Service
+from tests.conftest import Account, Service, bearer
 from tests.support.fake_llm import call, fake_llm
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.support.waiting import until
@@ -152,7 +152,7 @@ async def test_a_model_run_exports_chat_spans_with_their_token_usage(settings: S
         attributes = chat.attributes
         assert attributes["gen_ai.operation.name"] == "chat"
         assert attributes["gen_ai.provider.name"] == "openai"
-        assert attributes["gen_ai.request.model"] == "scripted"
+        assert attributes["gen_ai.request.model"] == attributes["gen_ai.response.model"] == "scripted"
         # What the fake server reported as usage (tests/support/fake_llm.py: 100 in, 20 out per answer).
         assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (100, 20)
     assert (run.attributes["gen_ai.usage.input_tokens"], run.attributes["gen_ai.usage.output_tokens"]) == (200, 40)
@@ -190,3 +190,36 @@ def test_the_endpoint_comes_from_the_standard_variables(tmp_path: object) -> Non
     assert load_settings(off).otel_traces_endpoint is None
     none = {**base, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}
     assert load_settings(none).otel_traces_endpoint is None
+
+
+async def test_an_external_agent_s_run_exports_what_it_reported(settings: Settings) -> None:
+    events = [
+        {"key": "t1", "type": "tool_call", "tool": "read_notes", "args": {}, "result": {"lines": 12}, "durationMs": 35},
+        {"key": "u1", "type": "usage", "model": "openai:gpt-4o", "inputTokens": 1000, "outputTokens": 100},
+    ]
+    async with otlp_receiver() as receiver:
+        config = settings.with_changes(otel_traces_endpoint=receiver.traces_endpoint, worker_poll_seconds=0.5)
+        async with serving(config) as service:
+            owner = await account(service, OWNER, "eval:manage")
+            execution_id = await create_ok(service, owner.key, task(agentModel="external"))
+            actions = f"/api/eval/executions/{execution_id}"
+            sent = await service.client.post(f"{actions}/events", json={"events": events}, headers=bearer(owner.key))
+            assert sent.status_code == 200, await sent.get_json()
+            done = await service.client.post(
+                f"{actions}/complete", json={"status": "completed", "result": {"output": "ok"}},
+                headers=bearer(owner.key),
+            )
+            assert done.status_code == 200, await done.get_json()
+            spans = await spans_arrive(receiver, execution_id, 3)
+
+    [run] = by_name(spans, "invoke_agent external")
+    assert run.attributes["vouch.execution.status"] == "completed"
+    assert (run.attributes["gen_ai.usage.input_tokens"], run.attributes["gen_ai.usage.output_tokens"]) == (1000, 100)
+    [chat] = by_name(spans, "chat gpt-4o")
+    assert chat.parent_id == run.span_id
+    assert (chat.attributes["gen_ai.provider.name"], chat.attributes["gen_ai.request.model"]) == ("openai", "gpt-4o")
+    assert (chat.attributes["gen_ai.usage.input_tokens"], chat.attributes["gen_ai.usage.output_tokens"]) == (1000, 100)
+    [tool] = by_name(spans, "execute_tool read_notes")
+    assert tool.parent_id == run.span_id
+    assert tool.span.end_time_unix_nano - tool.span.start_time_unix_nano == 35_000_000
+    assert len(spans) == 3
