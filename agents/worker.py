@@ -67,6 +67,11 @@ class Worker:
         helpers.append(asyncio.create_task(run_external_sweep(self.db, self.settings, stop)))
         # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
         helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))
+        if self.settings.otel_traces_endpoint:
+            # Spans over OTLP (issue 23.6); without the setting the SDK is not even imported.
+            from core.trace_export import run_trace_exporter
+
+            helpers.append(asyncio.create_task(run_trace_exporter(self.db, self.settings, stop)))
         if self.settings.smtp_url:
             helpers.append(
                 asyncio.create_task(

@@ -147,7 +147,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     @app.before_serving
     async def start() -> None:
         bus = make_bus(settings.redis_url)
-        db = Database(settings.database_url, bus)
+        db = Database(settings.database_url, bus, traces=settings.otel_traces_endpoint is not None)
         auth_cache, status_cache = ApiKeyCache(settings.auth_cache_seconds), StatusCache(settings.status_cache_seconds)
         app.extensions["vouch"] = AppServices(
             settings=settings,

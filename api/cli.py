@@ -261,7 +261,7 @@ def worker() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         bus = make_bus(settings.redis_url)
-        database = Database(settings.database_url, bus)
+        database = Database(settings.database_url, bus, traces=settings.otel_traces_endpoint is not None)
         emitter = None
         if settings.redis_url:
             # Chat watchers sit on the web processes: this worker's events reach them through Redis, on the

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 _PENDING = "vouch_publish_after_commit"
 _EVENTS = "vouch_events_after_commit"
 _MORE_TO_WRITE = "vouch_more_to_write"
+# In every session's info when this process records spans for export (core/trace_outbox.py).
+TRACES = "vouch_traces"
 
 # Receives each committed event's wire message (core.events.event_message). Registered at start-up by
 # the process's composition root (the web app emits into Socket.IO rooms, a worker into Redis), so core
@@ -104,14 +106,16 @@ def event_after_commit(session: AsyncSession, message: dict[str, Any]) -> None:
 
 
 class Database:
-    def __init__(self, url: str, bus: Bus) -> None:
+    def __init__(self, url: str, bus: Bus, *, traces: bool = False) -> None:
+        """`traces`: the transactions that end a run or decide a review queue its spans for export (with
+        OTEL_EXPORTER_OTLP_ENDPOINT set; settings.otel_traces_endpoint)."""
         self.url = url
         self.bus = bus
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         # What differs between the databases, chosen once; each session carries it (core.backends.backend_of).
         self.backend = backend_for(self.dialect)
-        info = {BACKEND: self.backend}
+        info = {BACKEND: self.backend, TRACES: traces}
         self._read = async_sessionmaker(self.engine, expire_on_commit=False, info=info)
         self._write = async_sessionmaker(
             self.engine.execution_options(vouch_write=True), expire_on_commit=False, info=info

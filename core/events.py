@@ -19,6 +19,7 @@ from core.db import event_after_commit, publish_after_commit
 from core.direct import DirectStatement, run_direct
 from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
+from core.trace_outbox import queue_spans_for_event
 from core.vocabulary import EventType
 from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
 
@@ -282,6 +283,8 @@ async def _announce(session: AsyncSession, rows: list[dict[str, Any]]) -> list[A
         if event.type in WEBHOOK_EVENT_TYPES:  # one set lookup for every other event: the agent's hot path
             # The webhook outbox row commits with the event (and the final state beside it), or neither does.
             await enqueue_for_event(session, event)
+            # The same events end a run or decide a review: their spans' outbox row commits with them too.
+            queue_spans_for_event(session, event.execution_id, event.type, event.payload)
         message = event_message(event)
         publish_after_commit(session, execution_channel(event.execution_id), message)
         event_after_commit(session, message)

@@ -393,6 +393,31 @@ class WebhookDelivery(Base):
     finished_at: Mapped[datetime | None] = mapped_column()
 
 
+class TraceExport(Base):
+    """Spans to export over OTLP (core/trace_export.py): an outbox row written in the transaction of the event
+    that ends what they describe, when OTEL_EXPORTER_OTLP_ENDPOINT is set. `unit` is `run` (the agent run, its
+    model requests and tool calls, written with the final event) or `review:<checkpoint>:<attempt>` (one review
+    wait, written with its decision); one row per unit, so each is exported once."""
+
+    __tablename__ = "trace_exports"
+    __table_args__ = (
+        sa.UniqueConstraint("execution_id", "unit"),
+        sa.Index("ix_trace_exports_due", "status", "next_attempt_at"),
+    )
+    id: Mapped[str] = mapped_column(sa.String(40), primary_key=True)
+    execution_id: Mapped[str] = mapped_column(sa.ForeignKey("executions.id", ondelete="CASCADE"))
+    unit: Mapped[str] = mapped_column(sa.String(120))
+    # pending -> sent | failed (the collector refused it on every attempt).
+    status: Mapped[str] = mapped_column(sa.String(16))
+    attempts: Mapped[int] = mapped_column(default=0)
+    next_attempt_at: Mapped[datetime | None] = mapped_column()
+    # Lease of the worker exporting it now, so two workers never send it at once.
+    locked_until: Mapped[datetime | None] = mapped_column()
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
 class WebhookAttempt(Base):
     """One HTTP attempt of a delivery: the delivery log."""
 

@@ -83,6 +83,9 @@ class Settings:
     # hop); these bound how stale a process that could not hear the bus may be. 0 turns a cache off.
     auth_cache_seconds: float = 5.0
     status_cache_seconds: float = 5.0
+    # Issue 23.6: where spans go over OTLP/HTTP (from OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+    # OTEL_EXPORTER_OTLP_ENDPOINT); None: no span is recorded or exported. The SDK reads the other OTEL_* itself.
+    otel_traces_endpoint: str | None = None
 
     @property
     def is_sqlite(self) -> bool:
@@ -241,6 +244,27 @@ def _model_profiles(env: Mapping[str, str], data_dir: Path) -> tuple[ModelProfil
         raise SettingsError(f"{path}: {exc}") from None
 
 
+def _otel_traces_endpoint(env: Mapping[str, str]) -> str | None:
+    """The OTLP/HTTP traces URL as the SDK's exporter resolves it, or None when traces are off."""
+    if (env.get("OTEL_SDK_DISABLED") or "").strip().lower() == "true":
+        return None
+    if (env.get("OTEL_TRACES_EXPORTER") or "otlp").strip().lower() == "none":
+        return None
+    endpoint = (env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or "").strip()
+    if not endpoint:
+        base = (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip()
+        if not base:
+            return None
+        endpoint = base + ("v1/traces" if base.endswith("/") else "/v1/traces")
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = (env.get(name) or "").strip()
+        if protocol and protocol != "http/protobuf":
+            raise SettingsError(f"{name}: Vouch exports spans over http/protobuf only, not {protocol!r}")
+    if not endpoint.startswith(("http://", "https://")):
+        raise SettingsError(f"the OTLP traces endpoint must start with http:// or https://, not {endpoint!r}")
+    return endpoint
+
+
 def database_location(env: Mapping[str, str] | None = None) -> tuple[Path, str]:
     """The data directory and the database URL the environment names, touching nothing on disk."""
     env = os.environ if env is None else env
@@ -304,4 +328,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
         log_format=_log_format(env),
         auth_cache_seconds=_number(env, "VOUCH_AUTH_CACHE_SECONDS", 5.0, 0.0),
         status_cache_seconds=_number(env, "VOUCH_STATUS_CACHE_SECONDS", 5.0, 0.0),
+        otel_traces_endpoint=_otel_traces_endpoint(env),
     )

@@ -37,6 +37,7 @@ TABLES = {
     "webhook_attempts",
     "webhook_secrets",
     "external_keys",
+    "trace_exports",
 }
 
 
