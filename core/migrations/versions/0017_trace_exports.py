@@ -4,7 +4,7 @@ With OTEL_EXPORTER_OTLP_ENDPOINT set, the transaction that ends a run (or decide
 here; a worker builds the spans from the execution's events and exports them over OTLP, once.
 
 Revision ID: 0017
-Revises: 0012
+Revises: 0014
 Create Date: 2026-12-01 12:00:00
 """
 
