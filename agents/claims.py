@@ -13,9 +13,9 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend
 from core.db import Database, commits_alone, one_of
-from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
 from core.models import EXECUTIONS, UTCDateTime, utcnow
@@ -82,7 +82,7 @@ def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
 
 # Built once (every run starts with a claim): by id, and the oldest runnable, which the backend may let skip past
 # rows another worker is claiming. PostgreSQL re-checks a claim by id once a concurrent claim's row lock is
-# released. Sent straight to the driver (core/direct.py).
+# released. Sent straight to the driver (core/_sqlalchemy_shortcuts.py).
 _CLAIM_BY_ID = DirectStatement(_claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable())))
 _OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable()).order_by(EXECUTIONS.c.created_at).limit(1)
 

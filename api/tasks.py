@@ -17,10 +17,10 @@ from api.idempotency import idempotent
 from api.problems import ApiError
 from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
 from api.status_cache import serve_status
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend, backend_of
 from core.bus import WAKE_CHANNEL
 from core.db import commits_alone, publish_after_commit
-from core.direct import DirectStatement, run_direct
 from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
@@ -131,7 +131,7 @@ async def create_execution(
         # committing by itself.
         await commits_alone(session)
     # Built once and sent straight to the driver: the ORM's unit of work, and even Core's execution, cost more
-    # than the statement, on the path every create takes (core/direct.py).
+    # than the statement, on the path every create takes (core/_sqlalchemy_shortcuts.py).
     creating = _creating(backend, limited, tuple(row))
     if not await run_direct(session, lambda cursor: cursor.execute(creating, parameters)):
         assert concurrency_limit is not None  # only the slot condition can refuse the row

@@ -11,12 +11,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import event_payloads as p
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import backend_of
 from core.backends.base import Companion as Companion
 from core.backends.base import event_rows
 from core.bus import execution_channel
 from core.db import event_after_commit, publish_after_commit
-from core.direct import DirectStatement, run_direct
 from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.vocabulary import EventType
