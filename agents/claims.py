@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend
 from core.db import Database, commits_alone, one_of
+from core.event_payloads import ExecutionClaimed, TypedEvent
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
 from core.models import EXECUTIONS, UTCDateTime, utcnow
@@ -105,7 +106,7 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         else:
             claiming = _claim_oldest(backend)
         # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
-        payload = {"worker": worker_id}
+        payload: ExecutionClaimed = {"worker": worker_id}
         statement, parameters["claim_payload"] = backend.claim_statement(claiming), payload
         # Where the claim writes its event too, it is the whole transaction: no BEGIN and COMMIT round trips.
         await commits_alone(session)
@@ -114,6 +115,8 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
             return None
         row = rows[0]
         claim = Claim(row[0], row[1])
-        started = [(EventType.EXECUTION_STARTED if claim.epoch == 1 else EventType.EXECUTION_RESUMED, payload)]
+        started: list[TypedEvent] = [
+            (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
+        ]
         await add_numbered_events(session, claim.execution_id, row[2], started, now)
     return claim

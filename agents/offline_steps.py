@@ -14,6 +14,7 @@ from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
+from core.event_payloads import AgentMessage, TypedEvent
 from core.events import append_event
 from core.models import Checkpoint, Decision, ToolCall
 from core.vocabulary import EventType
@@ -98,7 +99,8 @@ class OfflineDriver:
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
                 self._began_here = True
-                message = (EventType.AGENT_MESSAGE, {"text": offline.step_message(step)})
+                said: AgentMessage = {"text": offline.step_message(step)}
+                message: TypedEvent = (EventType.AGENT_MESSAGE, said)
                 await tool_calls.run_in_place(
                     runner,
                     session,

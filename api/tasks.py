@@ -21,6 +21,7 @@ from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend, backend_of
 from core.bus import WAKE_CHANNEL
 from core.db import commits_alone, publish_after_commit
+from core.event_payloads import ExecutionCreated, TypedEvent
 from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
@@ -106,18 +107,14 @@ async def create_execution(
     planned = [(cp.stage, cp.description, cp.verificationQuestion, "caller") for cp in task.checkpoints] + [
         (effect.stage, effect.description, effect.question, "auto") for effect in detected
     ]
-    created = [
-        (
-            EventType.EXECUTION_CREATED,
-            {
-                "taskName": task.taskName,
-                "taskDescription": task.taskDescription,
-                "testMode": task.testMode,
-                "assignedReviewer": task.assignedReviewer,
-                "checkpointCount": len(planned),
-            },
-        )
-    ]
+    announced: ExecutionCreated = {
+        "taskName": task.taskName,
+        "taskDescription": task.taskDescription,
+        "testMode": task.testMode,
+        "assignedReviewer": task.assignedReviewer,
+        "checkpointCount": len(planned),
+    }
+    created: list[TypedEvent] = [(EventType.EXECUTION_CREATED, announced)]
     backend = backend_of(session)
     parameters = {
         **row,
