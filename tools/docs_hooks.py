@@ -19,7 +19,7 @@ from mkdocs.structure.pages import Page
 
 from api.apidocs import type_text
 from api.openapi import build_document
-from api.openapi_operations import PROBLEM_CODES
+from api.openapi_answers import PROBLEM_CODES
 from core.settings import Settings
 
 API_DIR = "api"
