@@ -16,7 +16,7 @@ from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
 from core.event_payloads import AgentMessage, TypedEvent
 from core.events import append_event
-from core.models import Checkpoint, Decision, ToolCall
+from core.models import Checkpoint, ToolCall
 from core.vocabulary import EventType
 
 if TYPE_CHECKING:
@@ -34,25 +34,6 @@ class OfflineDriver:
         # The caller's checkpoints not passed yet: (id, position), in position order.
         self._caller_pending: list[tuple[str, int]] | None = None
         self._began_here = False
-
-    @staticmethod
-    async def take_rejections(runner: ExecutionRunner, session: AsyncSession, state: dict[str, Any]) -> None:
-        """Hand every rejection the agent has not seen yet to it, comment verbatim (review.decide sent us back)."""
-        rejected = await session.execute(
-            sa.select(Decision.checkpoint_id, Decision.attempt, Decision.comment)
-            .where(Decision.execution_id == runner.execution_id, Decision.decision == "reject")
-            .order_by(Decision.decided_at)
-        )
-        for checkpoint_id, attempt, comment in rejected.all():
-            if not offline.revised(state, checkpoint_id, attempt):
-                text = offline.revise(state, checkpoint_id, attempt, comment)
-                await append_event(
-                    session,
-                    runner.execution_id,
-                    EventType.AGENT_MESSAGE,
-                    {"text": text, "revision": {"checkpointId": checkpoint_id, "attempt": attempt, "comment": comment}},
-                )
-        await runner.save(session, state)
 
     async def advance(self, state: dict[str, Any]) -> bool:
         """Take the next step; False once the execution paused or ended."""

@@ -144,7 +144,8 @@ class Revision(TypedDict):
 
 class AgentMessage(TypedDict):
     text: str
-    # The offline agent's answer to a rejection's comment.
+    # The offline agent's answer to a rejection's comment: in logs written while it was still sent back to revise
+    # (it no longer is: a rejection ends its run, review.decide).
     revision: NotRequired[Revision]
     key: NotRequired[str]
 
