@@ -13,9 +13,10 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend
 from core.db import Database, commits_alone, one_of
-from core.direct import DirectStatement, run_direct
+from core.event_payloads import ExecutionClaimed, TypedEvent
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
 from core.models import EXECUTIONS, UTCDateTime, utcnow
@@ -82,7 +83,7 @@ def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
 
 # Built once (every run starts with a claim): by id, and the oldest runnable, which the backend may let skip past
 # rows another worker is claiming. PostgreSQL re-checks a claim by id once a concurrent claim's row lock is
-# released. Sent straight to the driver (core/direct.py).
+# released. Sent straight to the driver (core/_sqlalchemy_shortcuts.py).
 _CLAIM_BY_ID = DirectStatement(_claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable())))
 _OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable()).order_by(EXECUTIONS.c.created_at).limit(1)
 
@@ -105,7 +106,7 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         else:
             claiming = _claim_oldest(backend)
         # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
-        payload = {"worker": worker_id}
+        payload: ExecutionClaimed = {"worker": worker_id}
         statement, parameters["claim_payload"] = backend.claim_statement(claiming), payload
         # Where the claim writes its event too, it is the whole transaction: no BEGIN and COMMIT round trips.
         await commits_alone(session)
@@ -114,6 +115,8 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
             return None
         row = rows[0]
         claim = Claim(row[0], row[1])
-        started = [(EventType.EXECUTION_STARTED if claim.epoch == 1 else EventType.EXECUTION_RESUMED, payload)]
+        started: list[TypedEvent] = [
+            (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
+        ]
         await add_numbered_events(session, claim.execution_id, row[2], started, now)
     return claim

@@ -39,6 +39,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
+from core.event_payloads import ModelUsage
 from core.model_profiles import ModelProfile
 from core.models import Checkpoint, Execution
 
@@ -209,7 +210,7 @@ def text_of(response: ModelResponse) -> str:
     return "".join(part.content for part in response.parts if isinstance(part, TextPart)).strip()
 
 
-def usage_of(response: ModelResponse, profile: ModelProfile | None = None) -> dict[str, Any]:
+def usage_of(response: ModelResponse, profile: ModelProfile | None = None) -> ModelUsage:
     """Tokens and price of one response: at the profile's prices when it gives them, else genai-prices'."""
     input_tokens, output_tokens = response.usage.input_tokens, response.usage.output_tokens
     cost = profile.cost_usd(input_tokens, output_tokens) if profile is not None else None

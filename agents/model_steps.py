@@ -29,6 +29,7 @@ from agents.gates import (
 from agents.policy import RunMode, describe_call
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
+from core.event_payloads import AgentMessage, ModelRequest, TypedEvent
 from core.events import append_events
 from core.ids import new_id
 from core.models import Checkpoint, ToolCall
@@ -83,12 +84,17 @@ class ModelDriver:
                 calls = [{"id": None, "tool": "finish", "args": {"summary": text}, "validArgs": True}]
             state["pending"] = calls
             state["returns"] = []
-            request = (
-                EventType.MODEL_REQUEST,
-                {**usage, "durationMs": round(elapsed * 1000, 3), "toolCalls": len(calls)},
-            )
-            said = [(EventType.AGENT_MESSAGE, {"text": text})] if text else []
-            await append_events(session, self.execution_id, [request, *said])
+            asked: ModelRequest = {
+                "model": usage["model"],
+                "inputTokens": usage["inputTokens"],
+                "outputTokens": usage["outputTokens"],
+                "costUsd": usage["costUsd"],
+                "durationMs": round(elapsed * 1000, 3),
+                "toolCalls": len(calls),
+            }
+            message: AgentMessage = {"text": text}
+            said: list[TypedEvent] = [(EventType.AGENT_MESSAGE, message)] if text else []
+            await append_events(session, self.execution_id, [(EventType.MODEL_REQUEST, asked), *said])
             runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
             await runner.save(session, state)
         # The request is on record (its tokens count); then the run ends, never `completed`.

@@ -99,27 +99,3 @@ def final_result(state: dict[str, Any], results: list[tuple[str, dict[str, Any]]
         "steps": done,
         "unrecognised": list(state["unrecognised"]),
     }
-
-
-def revise(state: dict[str, Any], checkpoint_id: str, attempt: int, comment: str) -> str:
-    """Take a reviewer's rejection in: keep the comment verbatim in the state, and say how the agent revises.
-
-    The offline agent's rule: it cannot rewrite its plan from free text, so it re-presents the step it is
-    about to take at the checkpoint (with the comment) and asks again. Steps already done before the checkpoint
-    are not repeated: their side effects happened once and are recorded (DESIGN: side effects exactly once).
-    A model-backed agent gets the same comment in its history and may change its next step.
-    """
-    revisions: list[dict[str, Any]] = list(state.get("revisions", []))
-    revisions.append({"checkpointId": checkpoint_id, "attempt": attempt, "comment": comment})
-    state["revisions"] = revisions
-    gate_steps = state["plan"]
-    cursor = state["cursor"]
-    upcoming = gate_steps[cursor]["instruction"] if cursor < len(gate_steps) else "finish the task"
-    said = comment if comment else "(no comment given)"
-    return (
-        f"Revising after the reviewer's comment: {said}\nI will ask again before I {upcoming} (attempt {attempt + 1})."
-    )
-
-
-def revised(state: dict[str, Any], checkpoint_id: str, attempt: int) -> bool:
-    return any(r["checkpointId"] == checkpoint_id and r["attempt"] == attempt for r in state.get("revisions", []))

@@ -14,8 +14,9 @@ from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
+from core.event_payloads import AgentMessage, TypedEvent
 from core.events import append_event
-from core.models import Checkpoint, Decision, ToolCall
+from core.models import Checkpoint, ToolCall
 from core.vocabulary import EventType
 
 if TYPE_CHECKING:
@@ -33,25 +34,6 @@ class OfflineDriver:
         # The caller's checkpoints not passed yet: (id, position), in position order.
         self._caller_pending: list[tuple[str, int]] | None = None
         self._began_here = False
-
-    @staticmethod
-    async def take_rejections(runner: ExecutionRunner, session: AsyncSession, state: dict[str, Any]) -> None:
-        """Hand every rejection the agent has not seen yet to it, comment verbatim (review.decide sent us back)."""
-        rejected = await session.execute(
-            sa.select(Decision.checkpoint_id, Decision.attempt, Decision.comment)
-            .where(Decision.execution_id == runner.execution_id, Decision.decision == "reject")
-            .order_by(Decision.decided_at)
-        )
-        for checkpoint_id, attempt, comment in rejected.all():
-            if not offline.revised(state, checkpoint_id, attempt):
-                text = offline.revise(state, checkpoint_id, attempt, comment)
-                await append_event(
-                    session,
-                    runner.execution_id,
-                    EventType.AGENT_MESSAGE,
-                    {"text": text, "revision": {"checkpointId": checkpoint_id, "attempt": attempt, "comment": comment}},
-                )
-        await runner.save(session, state)
 
     async def advance(self, state: dict[str, Any]) -> bool:
         """Take the next step; False once the execution paused or ended."""
@@ -98,7 +80,8 @@ class OfflineDriver:
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
                 self._began_here = True
-                message = (EventType.AGENT_MESSAGE, {"text": offline.step_message(step)})
+                said: AgentMessage = {"text": offline.step_message(step)}
+                message: TypedEvent = (EventType.AGENT_MESSAGE, said)
                 await tool_calls.run_in_place(
                     runner,
                     session,

@@ -148,8 +148,6 @@ class ExecutionRunner:
                     )
             else:
                 state = dict(execution.agent_state)
-                if state["agent"] == offline.MODEL_NAME:
-                    await OfflineDriver.take_rejections(self, session, state)
             mode = RunMode(
                 without_verification=execution.test_mode == "without-verification",
                 gate_actions=execution.auto_detect_checkpoints,

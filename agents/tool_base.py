@@ -7,13 +7,13 @@ effect and result inside the step's transaction, together with the step's progre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.event_payloads import TypedEvent
 from core.events import Companion
 from core.settings import Settings
 
@@ -87,4 +87,4 @@ class InPlaceStep:
     args: dict[str, Any]
     provider_call_id: str | None = None
     # Events that belong before the tool call's (the agent's message about it).
-    before: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    before: tuple[TypedEvent, ...] = ()

@@ -20,7 +20,7 @@ from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core.db import commits_alone
-from core.event_payloads import ToolCallPayload, ToolResult
+from core.event_payloads import ToolCallPayload, ToolResult, TypedEvent
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
@@ -244,7 +244,7 @@ async def run_in_place(
     answer = _answer(result, error)
     after(answer)
     runner.spend(state, seconds=elapsed)
-    events = [
+    events: list[TypedEvent] = [
         *step.before,
         (EventType.TOOL_CALL, _call_event(call_id, step.tool, step.args)),
         (EventType.TOOL_RESULT, _result_event(call_id, step.tool, result, error, elapsed)),

@@ -114,14 +114,14 @@ class SchemaView:
     kind: str
 
 
-def _ref_name(ref: str) -> str:
+def ref_name(ref: str) -> str:
     return ref.rsplit("/", 1)[-1]
 
 
 def type_text(schema: dict[str, Any]) -> str:
     """A schema as a reader wants it: `string (1 to 200 characters)`, `array of CheckpointIn`, `string | null`."""
     if "$ref" in schema:
-        return _ref_name(schema["$ref"])
+        return ref_name(schema["$ref"])
     for combiner in ("anyOf", "oneOf"):
         if combiner in schema:
             return " | ".join(type_text(part) for part in schema[combiner])
@@ -153,7 +153,8 @@ def type_text(schema: dict[str, Any]) -> str:
     return f"{text} ({', '.join(notes)})" if notes else text
 
 
-def _resolve(doc: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+def resolve_ref(doc: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
+    """`item`, or the component its `$ref` names."""
     if "$ref" not in item:
         return item
     section, name = item["$ref"].split("/")[-2:]
@@ -167,11 +168,11 @@ def _answer(doc: dict[str, Any], status: str, response: dict[str, Any]) -> Answe
         media = media_type
         shape = content["schema"]
         parts = shape.get("allOf", [shape])
-        schema = next((_ref_name(part["$ref"]) for part in parts if "$ref" in part), None)
+        schema = next((ref_name(part["$ref"]) for part in parts if "$ref" in part), None)
         examples = content.get("examples", {}).items()
-        codes = [(code, _resolve(doc, example)["summary"]) for code, example in examples]
+        codes = [(code, resolve_ref(doc, example)["summary"]) for code, example in examples]
     headers = [
-        (name, bool(_resolve(doc, header).get("required"))) for name, header in response.get("headers", {}).items()
+        (name, bool(resolve_ref(doc, header).get("required"))) for name, header in response.get("headers", {}).items()
     ]
     # Problem descriptions end with the list of codes, which the page shows as a table instead.
     description = response["description"].split("\n\n")[0] if codes else response["description"]
@@ -181,7 +182,7 @@ def _answer(doc: dict[str, Any], status: str, response: dict[str, Any]) -> Answe
 def _operation(doc: dict[str, Any], method: str, path: str, op: dict[str, Any]) -> OperationView:
     parameters = []
     for item in op.get("parameters", []):
-        param = _resolve(doc, item)
+        param = resolve_ref(doc, item)
         parameters.append(
             Field(
                 param["name"],
@@ -194,7 +195,7 @@ def _operation(doc: dict[str, Any], method: str, path: str, op: dict[str, Any]) 
     body_schema, body_examples = None, []
     if "requestBody" in op:
         media = op["requestBody"]["content"]["application/json"]
-        body_schema = _ref_name(media["schema"]["$ref"])
+        body_schema = ref_name(media["schema"]["$ref"])
         body_examples = [(ex["summary"], json.dumps(ex["value"], indent=2)) for ex in media["examples"].values()]
     return OperationView(
         id=op["operationId"],

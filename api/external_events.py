@@ -6,10 +6,10 @@ priced like the built-in agent's (the operator's profile price, else genai-price
 
 from __future__ import annotations
 
-from typing import Any
-
 from api.external_schemas import ExternalMessageIn, ExternalToolCallIn, ExternalUsageIn
+from core.event_payloads import AgentMessage, ModelRequest, ToolCallPayload, ToolResult, TypedEvent
 from core.settings import Settings
+from core.vocabulary import EventType
 
 
 def cost_usd(settings: Settings, model: str, input_tokens: int, output_tokens: int) -> float | None:
@@ -28,18 +28,26 @@ def cost_usd(settings: Settings, model: str, input_tokens: int, output_tokens: i
         return None  # a model genai-prices does not know: unknown, not 0
 
 
-def as_events(
-    settings: Settings, sent: ExternalMessageIn | ExternalToolCallIn | ExternalUsageIn
-) -> list[tuple[str, dict[str, Any]]]:
+def as_events(settings: Settings, sent: ExternalMessageIn | ExternalToolCallIn | ExternalUsageIn) -> list[TypedEvent]:
     """The (type, payload) events one sent event becomes, each naming the agent's key."""
     if isinstance(sent, ExternalMessageIn):
-        return [("agent.message", {"text": sent.text, "key": sent.key})]
+        message: AgentMessage = {"text": sent.text, "key": sent.key}
+        return [(EventType.AGENT_MESSAGE, message)]
     if isinstance(sent, ExternalToolCallIn):
-        outcome: dict[str, Any] = {"error": sent.error} if sent.error is not None else {"result": sent.result}
-        call = {"toolCallId": sent.key, "tool": sent.tool, "args": sent.args, "actsOnWorld": None, "key": sent.key}
-        result = {"toolCallId": sent.key, "tool": sent.tool, **outcome, "durationMs": sent.durationMs}
-        return [("tool.call", call), ("tool.result", result)]
-    usage = {
+        call: ToolCallPayload = {
+            "toolCallId": sent.key,
+            "tool": sent.tool,
+            "args": sent.args,
+            "actsOnWorld": None,
+            "key": sent.key,
+        }
+        result: ToolResult = (
+            {"toolCallId": sent.key, "tool": sent.tool, "error": sent.error, "durationMs": sent.durationMs}
+            if sent.error is not None
+            else {"toolCallId": sent.key, "tool": sent.tool, "result": sent.result, "durationMs": sent.durationMs}
+        )
+        return [(EventType.TOOL_CALL, call), (EventType.TOOL_RESULT, result)]
+    usage: ModelRequest = {
         "model": sent.model,
         "inputTokens": sent.inputTokens,
         "outputTokens": sent.outputTokens,
@@ -48,4 +56,4 @@ def as_events(
         "toolCalls": 0,
         "key": sent.key,
     }
-    return [("model.request", usage)]
+    return [(EventType.MODEL_REQUEST, usage)]

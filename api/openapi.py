@@ -14,7 +14,8 @@ from typing import Any
 
 from quart import current_app
 
-from api.openapi_operations import OPERATIONS, PROBLEM_CODES, Operation
+from api.openapi_answers import PROBLEM_CODES, Operation
+from api.openapi_operations import OPERATIONS
 from api.openapi_schemas import component_schemas
 from api.problems import ApiError
 from core.apikeys import KEY_LENGTH, PREFIX

@@ -7,84 +7,12 @@ view that starts answering with a new code fails until the code is listed here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-# code → (status, what it means). The README's error table, as data.
-PROBLEM_CODES: dict[str, tuple[int, str]] = {
-    "invalid_json": (400, "The body is not valid JSON."),
-    "invalid_body": (400, "The body is valid JSON but not an object."),
-    "invalid_idempotency_key": (400, "`Idempotency-Key` is not one value of 1 to 255 printable ASCII characters."),
-    "invalid_cursor": (400, "`cursor` is not one this service handed out; start again without it."),
-    "missing_api_key": (401, "No `Authorization` header."),
-    "malformed_authorization": (401, "The `Authorization` header is not `Bearer <API key>`."),
-    "invalid_api_key": (401, "The key is not a valid key (mistyped, unknown or from another server)."),
-    "api_key_expired": (401, "The key has expired."),
-    "api_key_revoked": (401, "The key has been revoked."),
-    "insufficient_scope": (403, "The key lacks the scope this operation requires."),
-    "not_assigned_reviewer": (
-        403,
-        "Only the execution's `assignedReviewer` (or its `backupReviewer`, once escalated) may decide its checkpoints.",
-    ),
-    "not_found": (404, "No such execution or checkpoint, or it belongs to another user."),
-    "method_not_allowed": (405, "This method is not served on this path; `Allow` lists the ones that are."),
-    "already_decided": (409, "The checkpoint was already decided; `detail` names who, via what channel and when."),
-    "checkpoint_not_awaiting_review": (409, "The agent has not reached this checkpoint yet."),
-    "execution_not_awaiting_review": (
-        409,
-        "The execution ended (cancelled, failed); the checkpoint will not be reached.",
-    ),
-    "execution_finished": (409, "The execution has finished; it can no longer change or be cancelled."),
-    "execution_not_finished": (
-        409,
-        "The execution has not finished: cancel it before deleting it; its completion is sent once it finishes.",
-    ),
-    "not_external": (409, "The execution is run by a built-in agent; only an `external` one takes these calls."),
-    "execution_cancelled": (409, "The execution was cancelled: the external agent should stop."),
-    "awaiting_review": (409, "A checkpoint of the execution waits for its reviewer; wait for the decision."),
-    "no_reviewer": (409, "The execution names no `assignedReviewer` to ask; PATCH one first."),
-    "conflict": (409, "The same key is being handled by another request; send it again."),
-    "webhook_not_configured": (409, "The execution has no `webhookUrl`; there is nothing to redeliver."),
-    "idempotency_key_in_use": (409, "The first request with this `Idempotency-Key` is still running; retry shortly."),
-    "content_too_large": (413, "The body is larger than 1 MiB."),
-    "unsupported_media_type": (415, "The body was not sent as `Content-Type: application/json`."),
-    "validation_failed": (422, "Invalid fields or parameters; `errors[]` names each one."),
-    "idempotency_key_reused": (422, "This `Idempotency-Key` was used with a different body."),
-    "rate_limit_exceeded": (429, "The key's request rate is at its limit; wait `Retry-After` seconds."),
-    "concurrent_limit_exceeded": (429, "The key has as many executions in progress as it may; `Retry-After` hints."),
-    "internal_error": (500, "A fault on our side; `detail` quotes the request id. No internals are shown."),
-}
-
-# Answers every authenticated operation can give.
-_KEYED = (
-    *("missing_api_key", "malformed_authorization", "invalid_api_key", "api_key_expired", "api_key_revoked"),
-    *("insufficient_scope", "rate_limit_exceeded", "internal_error"),
-)
-# Answers of an operation that reads a JSON body.
-_BODY = ("invalid_json", "invalid_body", "content_too_large", "unsupported_media_type", "validation_failed")
-
-
-@dataclass(frozen=True)
-class Operation:
-    method: str
-    path: str
-    operation_id: str
-    tag: str
-    summary: str
-    description: str
-    scope: str | None  # None: public, no key needed
-    success_status: int
-    success_schema: str | None  # a component schema; None: no body (or `success_media` says what)
-    success_description: str
-    problems: tuple[str, ...] = ()
-    parameters: tuple[str, ...] = ()  # names in components.parameters
-    body_schema: str | None = None
-    body_examples: dict[str, Any] = field(default_factory=dict)
-    success_headers: tuple[str, ...] = ()  # names in components.headers (always sent)
-    optional_headers: tuple[str, ...] = ()  # sent on some answers only
-    success_media: str = "application/json"
-    links: dict[str, Any] = field(default_factory=dict)
-
+from api.openapi_answers import BODY as _BODY
+from api.openapi_answers import KEYED as _KEYED
+from api.openapi_answers import Operation
+from api.openapi_external_operations import EXTERNAL_AGENT_OPERATIONS
 
 _EXAMPLE_TASK = {
     "taskName": "Release note",
@@ -321,115 +249,7 @@ OPERATIONS: tuple[Operation, ...] = (
         problems=(*_KEYED, "not_found", "webhook_not_configured", "execution_not_finished"),
         parameters=("ExecutionId",),
     ),
-    Operation(
-        "post",
-        "/api/eval/executions/{executionId}/events",
-        "sendExternalEvents",
-        "External agent",
-        "Send an external agent's events",
-        "For an execution created with `agentModel: external`, driven by your own agent with a key of the same "
-        "user (`eval:create`). Each event (`message`, `tool_call`, `usage`) gets its place (`seq`) in the "
-        "execution's events, shows in the chat at once and counts in the metrics (tool calls, tokens, and the "
-        "cost when the model's price is known). An event whose `key` was sent before is not added again, so a "
-        "batch may be retried. The first call starts the run (`running`). A built-in execution is a 409 "
-        "`not_external`, a cancelled one a 409 `execution_cancelled` (stop working), a finished one a 409.",
-        "eval:create",
-        200,
-        "ExternalEventsOut",
-        "Recorded: what became of each event.",
-        problems=(*_KEYED, *_BODY, "not_found", "not_external", "execution_cancelled", "execution_finished"),
-        parameters=("ExecutionId",),
-        body_schema="ExternalEventsIn",
-        body_examples={
-            "events": {
-                "summary": "A message, a tool call and a model request",
-                "value": {
-                    "events": [
-                        {"key": "m1", "type": "message", "text": "Reading the notes"},
-                        {"key": "t1", "type": "tool_call", "tool": "read_notes", "args": {"version": "2"},
-                         "result": {"lines": 12}, "durationMs": 35},
-                        {"key": "u1", "type": "usage", "model": "openai:gpt-4o", "inputTokens": 1000,
-                         "outputTokens": 100},
-                    ]
-                },
-            }
-        },
-    ),
-    Operation(
-        "post",
-        "/api/eval/executions/{executionId}/checkpoints",
-        "askExternalCheckpoint",
-        "External agent",
-        "Pause an external run for its reviewer",
-        "Needs `eval:create`. The execution waits (`awaiting_review`) and the reviewer is told on every channel, "
-        "as for the built-in agent: the chat card, the review mail with its links, the inbox, the reminders and "
-        "the deadline. A caller checkpoint of the same `stage` still to be reached is the one asked. The same "
-        "`key` again answers with the same checkpoint (200) and, once made, its decision: an agent that "
-        "restarted mid-checkpoint asks again with its key. Wait for the decision with the GET below. Without "
-        "verification the checkpoint passes at once (`auto_approved`).",
-        "eval:create",
-        201,
-        "ExternalCheckpointOut",
-        "Waiting for the reviewer (201), or the checkpoint this key asked for already (200).",
-        problems=(
-            *_KEYED, *_BODY, "not_found", "not_external", "execution_cancelled", "execution_finished",
-            "awaiting_review", "no_reviewer", "conflict",
-        ),
-        parameters=("ExecutionId",),
-        body_schema="ExternalCheckpointIn",
-        body_examples={
-            "send": {
-                "summary": "Before sending a mail",
-                "value": {
-                    "key": "send-release-mail",
-                    "stage": "Send",
-                    "description": "Mail the release note to the team",
-                    "verificationQuestion": "Send this mail?",
-                    "nextAction": {"tool": "send_mail", "args": {"to": "team@example.com", "subject": "v2"}},
-                },
-            }
-        },
-    ),
-    Operation(
-        "get",
-        "/api/eval/executions/{executionId}/checkpoints/{checkpointId}",
-        "getExternalCheckpoint",
-        "External agent",
-        "Wait for a checkpoint's decision",
-        "Needs `eval:create`. With `wait=N` (at most 60), held until a decision is made on any channel (mail "
-        "link, mail reply, inbox, chat, API, a deadline), or N seconds pass: then `decision` is null; ask again. "
-        "`args` are the arguments to call with, the reviewer's edits applied. A cancelled execution is a 409 "
-        "`execution_cancelled`.",
-        "eval:create",
-        200,
-        "ExternalCheckpointOut",
-        "The checkpoint and its decision (null while none is made).",
-        problems=(*_KEYED, "validation_failed", "not_found", "not_external", "execution_cancelled"),
-        parameters=("ExecutionId", "CheckpointId", "Wait"),
-    ),
-    Operation(
-        "post",
-        "/api/eval/executions/{executionId}/complete",
-        "completeExternal",
-        "External agent",
-        "End an external run",
-        "Needs `eval:create`. `completed` with the `result`, or `failed` with the `error` (code `agent_failed`): "
-        "the final status, the completion webhook and the metrics, as for a built-in run. Events after it are "
-        "a 409. While a checkpoint waits it is a 409 `awaiting_review`.",
-        "eval:create",
-        200,
-        "ExternalCompleteOut",
-        "Ended.",
-        problems=(
-            *_KEYED, *_BODY, "not_found", "not_external", "execution_cancelled", "execution_finished",
-            "awaiting_review",
-        ),
-        parameters=("ExecutionId",),
-        body_schema="ExternalCompleteIn",
-        body_examples={
-            "done": {"summary": "Completed", "value": {"status": "completed", "result": {"output": "Mail sent."}}}
-        },
-    ),
+    *EXTERNAL_AGENT_OPERATIONS,
     Operation(
         "get",
         "/api/openapi.json",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,14 +18,15 @@ from api.idempotency import idempotent
 from api.problems import ApiError
 from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
 from api.status_cache import serve_status
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend, backend_of
 from core.bus import WAKE_CHANNEL
 from core.db import commits_alone, publish_after_commit
-from core.direct import DirectStatement, run_direct
+from core.event_payloads import ExecutionCreated, TypedEvent
 from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
-from core.models import CHECKPOINTS, EXECUTIONS, Execution, utcnow
+from core.models import CHECKPOINTS, EXECUTIONS, utcnow
 from core.vocabulary import EventType
 from core.web.services import db_session, services
 
@@ -52,10 +54,11 @@ async def json_body() -> Any:
     return body
 
 
-def checkpoint_count(task: CreateTaskIn) -> int:
-    """The caller's checkpoints and, with autoDetectCheckpoints, one per side effect the description names."""
-    detected = detect_side_effects(task.taskDescription) if task.autoDetectCheckpoints else []
-    return len(task.checkpoints) + len(detected)
+@dataclass(frozen=True, slots=True)
+class CreatedExecution:
+    id: str
+    # The caller's checkpoints and, with autoDetectCheckpoints, one per side effect the description names.
+    checkpoint_count: int
 
 
 @functools.cache
@@ -72,7 +75,7 @@ def _creating(backend: Backend, limited: bool, names: tuple[str, ...]) -> Direct
 
 async def create_execution(
     session: AsyncSession, caller: Caller, task: CreateTaskIn, agent_model: str, *, concurrency_limit: int | None = None
-) -> Execution:
+) -> CreatedExecution:
     """Insert a queued execution; with `concurrency_limit`, refuse (429) when the key has that many in progress."""
     limited = concurrency_limit is not None
     if limited:
@@ -106,18 +109,14 @@ async def create_execution(
     planned = [(cp.stage, cp.description, cp.verificationQuestion, "caller") for cp in task.checkpoints] + [
         (effect.stage, effect.description, effect.question, "auto") for effect in detected
     ]
-    created = [
-        (
-            EventType.EXECUTION_CREATED,
-            {
-                "taskName": task.taskName,
-                "taskDescription": task.taskDescription,
-                "testMode": task.testMode,
-                "assignedReviewer": task.assignedReviewer,
-                "checkpointCount": len(planned),
-            },
-        )
-    ]
+    announced: ExecutionCreated = {
+        "taskName": task.taskName,
+        "taskDescription": task.taskDescription,
+        "testMode": task.testMode,
+        "assignedReviewer": task.assignedReviewer,
+        "checkpointCount": len(planned),
+    }
+    created: list[TypedEvent] = [(EventType.EXECUTION_CREATED, announced)]
     backend = backend_of(session)
     parameters = {
         **row,
@@ -131,7 +130,7 @@ async def create_execution(
         # committing by itself.
         await commits_alone(session)
     # Built once and sent straight to the driver: the ORM's unit of work, and even Core's execution, cost more
-    # than the statement, on the path every create takes (core/direct.py).
+    # than the statement, on the path every create takes (core/_sqlalchemy_shortcuts.py).
     creating = _creating(backend, limited, tuple(row))
     if not await run_direct(session, lambda cursor: cursor.execute(creating, parameters)):
         assert concurrency_limit is not None  # only the slot condition can refuse the row
@@ -156,8 +155,7 @@ async def create_execution(
             ],
         )
     publish_after_commit(session, WAKE_CHANNEL, {"executionId": row["id"]})
-    # A value, never added to the session.
-    return Execution(**row)
+    return CreatedExecution(row["id"], len(planned))
 
 
 @blueprint.post("/create-task-agent")
@@ -178,7 +176,7 @@ async def create_task() -> tuple[dict[str, Any], int, dict[str, str]]:
             "success": True,
             "executionId": execution.id,
             "chatUrl": execution_chat_url(execution.id),
-            "checkpointCount": checkpoint_count(task),
+            "checkpointCount": execution.checkpoint_count,
         },
         201,
         {"Location": f"{base_url()}/api/eval/status/{execution.id}"},

@@ -6,7 +6,7 @@ wire's camelCase; the values are JSON's.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from core.vocabulary import EventType
 
@@ -119,13 +119,21 @@ class MailFailed(TypedDict):
     attempts: int
 
 
-class ModelRequest(TypedDict):
-    model: str
+class ModelUsage(TypedDict):
+    """Tokens and price of one model response (agents.llm.usage_of)."""
+
+    # The name the provider answered with; a provider may give none.
+    model: str | None
     inputTokens: int
     outputTokens: int
     costUsd: float | None
+
+
+class ModelRequest(ModelUsage):
     durationMs: float
     toolCalls: int
+    # An external agent's own key for the event it sent (api/external.py).
+    key: NotRequired[str]
 
 
 class Revision(TypedDict):
@@ -136,15 +144,19 @@ class Revision(TypedDict):
 
 class AgentMessage(TypedDict):
     text: str
-    # The offline agent's answer to a rejection's comment.
+    # The offline agent's answer to a rejection's comment: in logs written while it was still sent back to revise
+    # (it no longer is: a rejection ends its run, review.decide).
     revision: NotRequired[Revision]
+    key: NotRequired[str]
 
 
 class ToolCallPayload(TypedDict):
     toolCallId: str
     tool: str
     args: dict[str, Any]
-    actsOnWorld: bool
+    # None for an external agent's call: the service does not know what its tools do.
+    actsOnWorld: bool | None
+    key: NotRequired[str]
 
 
 class ToolResult(TypedDict):
@@ -153,6 +165,7 @@ class ToolResult(TypedDict):
     result: NotRequired[dict[str, Any] | None]
     error: NotRequired[str]
     durationMs: float
+    key: NotRequired[str]
 
 
 # Which payload each event type carries; a test keeps it complete.
@@ -177,3 +190,25 @@ PAYLOADS: dict[EventType, type] = {
     EventType.TOOL_CALL: ToolCallPayload,
     EventType.TOOL_RESULT: ToolResult,
 }
+
+
+# An event as `core.events.append_events` takes it: its type with the payload that type carries (PAYLOADS).
+TypedEvent = (
+    tuple[Literal[EventType.EXECUTION_CREATED], ExecutionCreated]
+    | tuple[Literal[EventType.EXECUTION_STARTED, EventType.EXECUTION_RESUMED], ExecutionClaimed]
+    | tuple[Literal[EventType.EXECUTION_UPDATED], ExecutionUpdated]
+    | tuple[Literal[EventType.EXECUTION_COMPLETED], ExecutionCompleted]
+    | tuple[Literal[EventType.EXECUTION_FAILED], ExecutionFailed]
+    | tuple[Literal[EventType.EXECUTION_REJECTED], ExecutionRejected]
+    | tuple[Literal[EventType.EXECUTION_CANCELLED], ExecutionCancelled]
+    | tuple[Literal[EventType.CHECKPOINT_AWAITING_REVIEW], CheckpointAwaitingReview]
+    | tuple[Literal[EventType.CHECKPOINT_DECIDED], CheckpointDecided]
+    | tuple[Literal[EventType.CHECKPOINT_REVISION_REQUESTED], CheckpointRevisionRequested]
+    | tuple[Literal[EventType.REVIEW_REMINDER_SENT, EventType.REVIEW_ESCALATED], ReviewTimerFired]
+    | tuple[Literal[EventType.REVIEW_DEADLINE_PASSED], ReviewDeadlinePassed]
+    | tuple[Literal[EventType.MAIL_FAILED], MailFailed]
+    | tuple[Literal[EventType.MODEL_REQUEST], ModelRequest]
+    | tuple[Literal[EventType.AGENT_MESSAGE], AgentMessage]
+    | tuple[Literal[EventType.TOOL_CALL], ToolCallPayload]
+    | tuple[Literal[EventType.TOOL_RESULT], ToolResult]
+)

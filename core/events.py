@@ -11,12 +11,12 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core import event_payloads as p
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import backend_of
 from core.backends.base import Companion as Companion
 from core.backends.base import event_rows
 from core.bus import execution_channel
 from core.db import event_after_commit, publish_after_commit
-from core.direct import DirectStatement, run_direct
 from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.trace_outbox import queue_spans_for_event
@@ -212,7 +212,7 @@ async def append_any_event(
     session: AsyncSession, execution_id: str, type_: str, payload: Mapping[str, Any] | None = None
 ) -> AddedEvent:
     """`append_event` for any type and payload, unchecked: the log itself knows no types (tests, tools)."""
-    added = await append_events(session, execution_id, [(type_, payload or {})])
+    added = await _append_events(session, execution_id, [(type_, payload or {})], _ALLOCATE, None, ())
     assert added is not None  # no condition: the row is there (its foreign key says so)
     return added[0]
 
@@ -245,7 +245,7 @@ async def write_row(session: AsyncSession, companion: Companion) -> None:
 async def append_events(
     session: AsyncSession,
     execution_id: str,
-    items: Sequence[tuple[str, Mapping[str, Any]]],
+    items: Sequence[p.TypedEvent],
     *,
     allocation: DirectStatement = _ALLOCATE,
     parameters: dict[str, Any] | None = None,
@@ -256,6 +256,17 @@ async def append_events(
 
     When the allocation's conditions match no row, nothing is added and the answer is None.
     """
+    return await _append_events(session, execution_id, items, allocation, parameters, companions)
+
+
+async def _append_events(
+    session: AsyncSession,
+    execution_id: str,
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+    allocation: DirectStatement,
+    parameters: dict[str, Any] | None,
+    companions: Sequence[Companion],
+) -> list[AddedEvent] | None:
     bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
     written = await backend_of(session).append_events(session, execution_id, items, allocation, bound, companions)
     return None if written is None else await _announce(session, written)
@@ -265,7 +276,7 @@ async def add_numbered_events(
     session: AsyncSession,
     execution_id: str,
     first: int,
-    items: Sequence[tuple[str, Mapping[str, Any]]],
+    items: Sequence[p.TypedEvent],
     at: datetime,
 ) -> list[AddedEvent]:
     """Add events whose seqs the caller has already taken from `executions.last_seq` in its own statement

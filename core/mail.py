@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.db import Database, publish_after_commit
+from core.event_payloads import MailFailed
 from core.events import append_events
 from core.headers import line_break_problem, one_recipient
 from core.ids import new_id
@@ -240,7 +241,7 @@ async def _record_failure(db: Database, message: MailMessage, reason: str, *, pe
             )
         )
         if give_up and message.execution_id is not None:
-            payload = {
+            payload: MailFailed = {
                 "messageId": message.id,
                 "to": message.recipient,
                 "subject": message.subject,

@@ -6,29 +6,26 @@ machine those hand-offs, not SQLite, were most of a durable agent step (bench/RE
 transaction the statements are short, the in-process writer lock (below) is held, and SQLite has nothing to
 wait for, so running them inline costs microseconds and cannot be interrupted half-way by a cancellation. The
 one statement that may wait, BEGIN IMMEDIATE (for a writer in another process), still goes through the thread,
-as do read-only sessions, whose queries may be long.
+as do read-only sessions, whose queries may be long. How, past aiosqlite's and SQLAlchemy's public API:
+core/_aiosqlite_shortcuts.py and core/_sqlalchemy_shortcuts.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import sqlite3
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import aiosqlite
 from sqlalchemy import event, exc
-from sqlalchemy.dialects.sqlite.aiosqlite import (
-    AsyncAdapt_aiosqlite_connection,
-    AsyncAdapt_aiosqlite_cursor,
-    AsyncAdapt_aiosqlite_dbapi,
-)
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
-from sqlalchemy.util import await_only
+from sqlalchemy.util import await_
+
+from core._aiosqlite_shortcuts import LoopConnection, open_loop_connection
+from core._sqlalchemy_shortcuts import InlineDBAPI
 
 # How long a writer waits for another process's write lock, in SQLite's busy handler.
 _BUSY_SECONDS = 30.0
@@ -91,13 +88,13 @@ class _Writers:
         if not conn.get_execution_options().get("vouch_write", False):
             conn.exec_driver_sql("BEGIN")
             return
-        # Runs inside SQLAlchemy's greenlet for the async driver: await_only waits on this process's loop.
-        conn.info[_WRITING] = await_only(self._acquire())
+        # Runs inside SQLAlchemy's greenlet for the async driver: await_ waits on this process's loop.
+        conn.info[_WRITING] = await_(self._acquire())
         driver = conn.connection.driver_connection
         try:
-            if isinstance(driver, _LoopConnection):
-                if not driver.begin_immediate_now():
-                    await_only(driver.begin_immediate_waiting())
+            if isinstance(driver, LoopConnection):
+                if not driver.begin_immediate_now(_BUSY_TIMEOUT):
+                    await_(driver.begin_immediate_waiting())
                 # Inline until the connection goes back to the pool: the COMMIT too, right after the
                 # lock's release, before the next writer can run.
                 conn.info[_INLINE] = driver
@@ -116,7 +113,7 @@ class _Writers:
     def returned(self, info: dict[Any, Any]) -> None:
         """The connection went back to the pool or away: its next user may be a reader."""
         self.release(info)
-        driver: _LoopConnection | None = info.pop(_INLINE, None)
+        driver: LoopConnection | None = info.pop(_INLINE, None)
         if driver is not None:
             driver.inline = False
 
@@ -144,157 +141,15 @@ class _Writers:
         )
 
 
-class _LoopConnection(aiosqlite.Connection):
-    """aiosqlite's connection, but calls run on the event loop's thread while `inline` is set."""
-
-    inline = False
-
-    @property
-    def runs_inline(self) -> bool:
-        # Never while a call sent to the thread is still under way: SQLAlchemy awaits each call before the
-        # next, and `inline` only changes between transactions.
-        return self.inline and self._running and self._connection is not None
-
-    async def _execute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self.runs_inline:
-            return fn(*args, **kwargs)
-        return await super()._execute(fn, *args, **kwargs)  # type: ignore[no-untyped-call]
-
-    def begin_immediate_now(self) -> bool:
-        """BEGIN IMMEDIATE on the loop's thread, without waiting, then run inline; False when a writer in another
-        process holds SQLite's lock (then `begin_immediate_waiting`)."""
-        connection = self._conn
-        connection.execute("PRAGMA busy_timeout=0")
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
-                raise
-            return False
-        finally:
-            connection.execute(f"PRAGMA {_BUSY_TIMEOUT}")
-        self.inline = True
-        return True
-
-    async def begin_immediate_waiting(self) -> None:
-        """BEGIN IMMEDIATE on the connection's thread, waiting in SQLite's busy handler, then run inline."""
-        await super()._execute(self._conn.execute, "BEGIN IMMEDIATE")  # type: ignore[no-untyped-call]
-        self.inline = True
-
-
-class _InlineCursor(AsyncAdapt_aiosqlite_cursor):
-    """SQLAlchemy's cursor over aiosqlite, which, while its connection runs inline, uses a sqlite3 cursor directly.
-
-    SQLAlchemy's adapter reaches the driver through `await_only`: a greenlet switch and aiosqlite's coroutines for
-    opening the cursor, for the statement (behind an asyncio lock) and for closing it, even when each call then
-    runs inline. Inline there is nothing to wait for: the cursor is opened and closed where SQLAlchemy asks, and
-    the statement and its rows are one coroutine with no lock.
-    """
-
-    __slots__ = ()
-
-    def _make_new_cursor(self, connection: Any) -> Any:
-        if isinstance(connection, _LoopConnection) and connection.runs_inline:
-            return connection._conn.cursor()
-        return super()._make_new_cursor(connection)
-
-    def _aenter_cursor(self, cursor: Any) -> Any:
-        return cursor if isinstance(cursor, sqlite3.Cursor) else super()._aenter_cursor(cursor)
-
-    def execute(self, operation: Any, parameters: Any = None) -> Any:
-        if not isinstance(self._cursor, sqlite3.Cursor):
-            return super().execute(operation, parameters)
-        try:
-            # Still one await: SQLAlchemy's AsyncConnection.execute insists that a statement awaited something.
-            return await_only(self._inline(self._cursor, False, operation, () if parameters is None else parameters))
-        except Exception as error:
-            self._adapt_connection._handle_exception(error)
-
-    def executemany(self, operation: Any, seq_of_parameters: Any) -> Any:
-        if not isinstance(self._cursor, sqlite3.Cursor):
-            return super().executemany(operation, seq_of_parameters)
-        try:
-            return await_only(self._inline(self._cursor, True, operation, seq_of_parameters))
-        except Exception as error:
-            self._adapt_connection._handle_exception(error)
-
-    async def _inline(self, cursor: sqlite3.Cursor, many: bool, operation: str, parameters: Any) -> Any:
-        result = cursor.executemany(operation, parameters) if many else cursor.execute(operation, parameters)
-        if cursor.description:
-            self._rows = collections.deque(cursor.fetchall())
-        return result
-
-    async def _async_soft_close(self) -> None:
-        cursor = self._cursor
-        if not isinstance(cursor, sqlite3.Cursor):
-            await super()._async_soft_close()
-        elif not self._soft_closed_memoized:
-            self._soft_closed_memoized = self._soft_closed_memoized.union({"description": cursor.description})
-            cursor.close()
-
-    def close(self) -> None:
-        cursor = self._cursor
-        if not isinstance(cursor, sqlite3.Cursor):
-            super().close()
-            return
-        self._rows.clear()
-        if not self._soft_closed_memoized:
-            cursor.close()
-
-
-class _InlineConnection(AsyncAdapt_aiosqlite_connection):
-    """Its cursors are `_InlineCursor`s, and an inline COMMIT or ROLLBACK is called directly too."""
-
-    __slots__ = ()
-    _cursor_cls = _InlineCursor
-
-    def commit(self) -> None:
-        self._end_transaction("commit")
-
-    def rollback(self) -> None:
-        self._end_transaction("rollback")
-
-    def _end_transaction(self, how: str) -> None:
-        connection = self._connection
-        if not (isinstance(connection, _LoopConnection) and connection.runs_inline):
-            getattr(super(), how)()
-            return
-        try:
-            getattr(connection._conn, how)()
-        except Exception as error:
-            self._handle_exception(error)
-
-
-class _InlineDBAPI(AsyncAdapt_aiosqlite_dbapi):
-    """The DBAPI module SQLAlchemy's aiosqlite dialect is given (`module=`): it hands out `_InlineConnection`s."""
-
-    def connect(self, *args: Any, **kwargs: Any) -> _InlineConnection:
-        creator = kwargs.pop("async_creator_fn")
-        return _InlineConnection(self, await_only(creator(*args, **kwargs)))
-
-
-def inline_connection(connection: Connection) -> sqlite3.Connection | None:
-    """The sqlite3 connection under `connection` while its write transaction runs inline on the loop's thread:
-    statements may then be sent to it directly, without a greenlet or a thread hand-off. None otherwise."""
-    adapted = connection.connection.dbapi_connection
-    driver = adapted._connection if isinstance(adapted, _InlineConnection) else None
-    if isinstance(driver, _LoopConnection) and driver.runs_inline:
-        return driver._conn
-    return None
-
-
 def make_sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
     database = make_url(url).database or ":memory:"
 
-    async def connect() -> _LoopConnection:
-        connection = _LoopConnection(
-            lambda: sqlite3.connect(database, timeout=_BUSY_SECONDS, check_same_thread=False), 64
+    async def connect() -> LoopConnection:
+        return await open_loop_connection(
+            lambda: sqlite3.connect(database, timeout=_BUSY_SECONDS, check_same_thread=False)
         )
-        connection._thread.daemon = True  # as SQLAlchemy's aiosqlite dialect does: never holds up exit
-        await connection
-        return connection
 
-    engine = create_async_engine(url, async_creator=connect, module=_InlineDBAPI(aiosqlite, sqlite3), **kwargs)
+    engine = create_async_engine(url, async_creator=connect, module=InlineDBAPI(aiosqlite, sqlite3), **kwargs)
     event.listen(engine.sync_engine, "connect", _pragmas)
     _Writers().listen(engine)
     return engine

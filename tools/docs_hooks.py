@@ -17,9 +17,9 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
-from api.apidocs import type_text
+from api.apidocs import ref_name, resolve_ref, type_text
 from api.openapi import build_document
-from api.openapi_operations import PROBLEM_CODES
+from api.openapi_answers import PROBLEM_CODES
 from core.settings import Settings
 
 API_DIR = "api"
@@ -45,18 +45,6 @@ def _text(text: str) -> str:
 
 def _cell(text: str) -> str:
     return _text(" ".join(text.split())).replace("|", "\\|")
-
-
-def _ref_name(ref: str) -> str:
-    return ref.rsplit("/", 1)[-1]
-
-
-def _resolve(doc: dict[str, Any], item: dict[str, Any]) -> dict[str, Any]:
-    if "$ref" not in item:
-        return item
-    section, name = item["$ref"].split("/")[-2:]
-    found: dict[str, Any] = doc["components"][section][name]
-    return found
 
 
 def _page_name(operation_id: str) -> str:
@@ -131,7 +119,7 @@ class Reference:
         else:
             lines += [f"**Public** · **Operation id:** `{op['operationId']}`", ""]
         lines += [_text(op["description"]), ""]
-        params = [_resolve(self.doc, item) for item in op.get("parameters", [])]
+        params = [resolve_ref(self.doc, item) for item in op.get("parameters", [])]
         if params:
             lines += ["## Parameters", "", "| Name | In | Type | Required | Description |", "|---|---|---|---|---|"]
             for p in params:
@@ -141,7 +129,7 @@ class Reference:
             lines.append("")
         if "requestBody" in op:
             media = op["requestBody"]["content"]["application/json"]
-            name = _ref_name(media["schema"]["$ref"])
+            name = ref_name(media["schema"]["$ref"])
             lines += ["## Request body", "", f"`application/json`: [{name}](schemas.md#{name.lower()})", ""]
             for example in media.get("examples", {}).values():
                 lines += [f"**Example: {example['summary']}**", "", "```json", json.dumps(example["value"], indent=2)]
@@ -157,10 +145,10 @@ class Reference:
         for media_type, content in response.get("content", {}).items():
             shape = content["schema"]
             parts = shape.get("allOf", [shape])
-            refs = [_ref_name(part["$ref"]) for part in parts if "$ref" in part]
+            refs = [ref_name(part["$ref"]) for part in parts if "$ref" in part]
             body = f"[{refs[0]}](schemas.md#{refs[0].lower()})" if refs else type_text(shape)
             lines += [f"`{media_type}`: {body}", ""]
-            codes = [(code, _resolve(self.doc, ex)["summary"]) for code, ex in content.get("examples", {}).items()]
+            codes = [(code, resolve_ref(self.doc, ex)["summary"]) for code, ex in content.get("examples", {}).items()]
         description = response["description"].split("\n\n")[0] if codes else response["description"]
         lines += [_text(description), ""]
         if codes:
@@ -171,7 +159,7 @@ class Reference:
         if headers:
             shown = []
             for name, header in headers.items():
-                always = bool(_resolve(self.doc, header).get("required"))
+                always = bool(resolve_ref(self.doc, header).get("required"))
                 shown.append(f"`{name}`" + ("" if always else " (sometimes)"))
             lines += ["Headers: " + ", ".join(shown), ""]
         return lines

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from core.formatting import duration as duration_text
 from core.metrics import RunFacts, ms_between, review_waits
 from core.vocabulary import ENDING_EVENTS, EventType
 
@@ -56,20 +57,6 @@ class Timeline:
     left: float = LEFT
 
 
-def span_text(ms: float) -> str:
-    """A duration as people read it: 850 ms, 12.5 s, 3 min 05 s, 2 h 07 min."""
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
 def _agent_intervals(facts: RunFacts) -> list[tuple[datetime, datetime]]:
     """When the agent held the execution: from each start or resume to its next pause or end."""
     intervals: list[tuple[datetime, datetime]] = []
@@ -102,7 +89,7 @@ def timeline(facts: RunFacts, checkpoint_names: dict[str, str]) -> Timeline:
 
     names = ["Agent work", "Model requests", "Tool calls", "Review waits"]
     bars = [
-        bar("agent-work", "agent", 0, start, end, f"Agent working: {span_text(ms_between(start, end))}")
+        bar("agent-work", "agent", 0, start, end, f"Agent working: {duration_text(ms_between(start, end))}")
         for start, end in _agent_intervals(facts)
     ]
     started: dict[str, tuple[datetime, str]] = {}
@@ -111,22 +98,22 @@ def timeline(facts: RunFacts, checkpoint_names: dict[str, str]) -> Timeline:
             duration = float(event.payload.get("durationMs") or 0)
             begin = event.at - timedelta(milliseconds=duration)
             model = str(event.payload.get("model", "model"))
-            bars.append(bar("model-request", "model", 1, begin, event.at, f"{model}: {span_text(duration)}"))
+            bars.append(bar("model-request", "model", 1, begin, event.at, f"{model}: {duration_text(duration)}"))
         elif event.type == EventType.TOOL_CALL:
             started[str(event.payload.get("toolCallId"))] = (event.at, str(event.payload.get("tool", "tool")))
         elif event.type == EventType.TOOL_RESULT:
             begin, tool = started.pop(str(event.payload.get("toolCallId")), (event.at, "tool"))
             failed = "error" in event.payload
-            text = f"{tool}: {span_text(ms_between(begin, event.at))}" + (" (failed)" if failed else "")
+            text = f"{tool}: {duration_text(ms_between(begin, event.at))}" + (" (failed)" if failed else "")
             bars.append(bar("tool-call", "tool failed" if failed else "tool", 2, begin, event.at, text))
     for begin, tool in started.values():  # still running
         bars.append(bar("tool-call", "tool open", 2, begin, facts.end, f"{tool}: running"))
     for wait in review_waits(facts):
         outcome = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}.get(wait.decision or "", "open")
         name = checkpoint_names.get(wait.checkpoint_id, wait.checkpoint_id)
-        label = f"{name}, attempt {wait.attempt}: waited {span_text(wait.ms)} ({outcome})"
+        label = f"{name}, attempt {wait.attempt}: waited {duration_text(wait.ms)} ({outcome})"
         bars.append(bar("review-wait", f"wait {outcome}", 3, wait.start, wait.end, label))
-    ticks = [Tick(LEFT + WIDTH * i / 4, span_text(total_ms * i / 4) if i else "0") for i in range(5)]
+    ticks = [Tick(LEFT + WIDTH * i / 4, duration_text(total_ms * i / 4) if i else "0") for i in range(5)]
     lanes = [(name, float(8 + i * LANE + BAR - 5)) for i, name in enumerate(names)]
     return Timeline(lanes, bars, ticks, height=8 + len(names) * LANE + 22)
 

@@ -16,6 +16,7 @@ from quart import Blueprint, Response, abort, render_template, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.pages import charts
+from core.formatting import duration as duration_text
 from core.metrics import load_facts, metrics_of, review_waits
 from core.models import Decision, Event, Execution, utcnow
 from core.vocabulary import FINAL, EventType
@@ -197,7 +198,7 @@ async def execution_page(execution_id: str) -> str:
         deliveries=await deliveries_of(session, execution.id),
         can_redeliver=bool(execution.webhook_url) and execution.status in FINAL,
         notice=notice,
-        span=charts.span_text,
+        span=duration_text,
     )
 
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.direct import DirectStatement
+from core._sqlalchemy_shortcuts import DirectStatement
 
 # A SELECT, whatever its columns: what `skip_locked` gives back.
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends.base import Backend, Companion, SelectT, Shape, companion_insert, event_rows
-from core.direct import DirectStatement, run_direct
 from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
 from core.vocabulary import EventType
 

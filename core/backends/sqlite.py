@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core._sqlalchemy_shortcuts import DirectCursor, DirectStatement, run_direct
 from core.backends.base import Backend, Companion, SelectT, Shape, companion_insert, event_rows
-from core.direct import DirectCursor, DirectStatement, run_direct
 from core.models import EVENTS, EXECUTIONS, utcnow
 from core.sql import one_of
 

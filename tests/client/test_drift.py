@@ -20,7 +20,7 @@ from vouch_client.errors import _BY_STATUS
 from vouch_client.webhooks import sign as client_sign
 
 from api import openapi_models as served
-from api.openapi_operations import PROBLEM_CODES
+from api.openapi_answers import PROBLEM_CODES
 from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
 from core.vocabulary import ENDING_EVENTS
 from core.vocabulary import FINAL as FINAL_STATUSES

@@ -70,7 +70,7 @@ def test_the_api_reference_lists_every_api_route_of_the_app(site: Path, tmp_path
 
 
 def test_the_reference_pages_carry_the_schemas_and_every_problem_code(site: Path) -> None:
-    from api.openapi_operations import PROBLEM_CODES
+    from api.openapi_answers import PROBLEM_CODES
     from api.openapi_schemas import component_schemas
 
     schemas = _page(site, "api/schemas")

@@ -57,6 +57,23 @@ async def test_execution_page_shows_timeline_metrics_and_decisions(site: Site) -
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &#34;quotes&#34;" in page.text
 
 
+async def test_execution_page_reads_durations_as_the_chat_does(site: Site) -> None:
+    """The page's durations come from core/formatting.py, as the chat's do (static/js/chat-view.js): a wait of
+    119.6 s reads 1 min 59 s on both, not 2 min 00 s on one of them."""
+    owner, owner_id = await site.signed_in("owner@example.com")
+    script = Script(owner_id)
+    checkpoint = script.checkpoint("Draft", status="approved")
+    script.event(1, "execution.started", worker="w1")
+    script.wait(3, checkpoint, 1)
+    script.decide(122.6, checkpoint, 1, "approve")
+    script.event(123, "execution.completed", status="completed")
+    execution_id = await script.write(site.db)
+    page = await owner.get(f"/executions/{execution_id}")
+    assert page.status == 200, page.text
+    assert "Draft, attempt 1: waited 1 min 59 s (approved)" in page.text
+    assert "<dt>Review wait</dt><dd>1 min 59 s</dd>" in page.text
+
+
 async def test_list_filters_and_pages(site: Site) -> None:
     owner, owner_id = await site.signed_in("owner@example.com")
     for i in range(27):
