@@ -16,6 +16,7 @@ from agents.claims import claim_execution, claim_next
 from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
+from agents.scoring import run_scoring
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
@@ -67,6 +68,8 @@ class Worker:
         helpers.append(asyncio.create_task(run_external_sweep(self.db, self.settings, stop)))
         # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
         helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))
+        # Verdicts of ended runs with scorers (issue 23): any worker scores any run, once.
+        helpers.append(asyncio.create_task(run_scoring(self.db, self.settings, self.models, stop)))
         if self.settings.smtp_url:
             helpers.append(
                 asyncio.create_task(

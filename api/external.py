@@ -303,6 +303,9 @@ async def complete(execution_id: str) -> tuple[dict[str, Any], int]:
     now = utcnow()
     if body.status == "completed":
         result = dict(body.result or {})
+        if "output" not in result and isinstance(result.get("summary"), str):
+            # `output` is the agent's final answer (issue 23), what scorers judge: a summary stands in for it.
+            result["output"] = result["summary"]
         execution.status, execution.completed_at, execution.result = "completed", now, result
         await session.flush()
         summary = result.get("output") or result.get("summary")

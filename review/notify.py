@@ -22,6 +22,7 @@ from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, MailMessage
 from core.settings import Settings
 from core.tool_args import argument_lines
+from core.vocabulary import CheckpointOrigin
 from review.links import mint_links
 
 FALLBACK_BASE_URL = "http://127.0.0.1:8000"
@@ -101,11 +102,14 @@ async def queue_review_mail(
         "arguments": argument_lines(next_action.get("args") or {}),
         "inbox_url": f"{base}/review/inbox/{checkpoint.id}",
         "reads_comments": execution.reads_comments,
+        "grading": checkpoint.origin == CheckpointOrigin.GRADE,
     }
     # one_line: names the API took before it refused control characters (issue 19) must not break the header.
     name, stage = one_line(execution.task_name), one_line(checkpoint.stage)
     subject = f"Review needed: {name} — {stage} {subject_tag(links.reply)}"
-    if checkpoint.attempt > 1:
+    if checkpoint.origin == CheckpointOrigin.GRADE:
+        subject = f"Grade the result: {name} {subject_tag(links.reply)}"
+    elif checkpoint.attempt > 1:
         subject = f"Review needed (attempt {checkpoint.attempt}): {name} — {stage} {subject_tag(links.reply)}"
     return await enqueue_mail(
         session,
