@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,7 +36,7 @@ from review.grade_request import request_grade
 log = logging.getLogger(__name__)
 
 
-def _due(now: Any) -> list[sa.ColumnElement[bool]]:
+def _due(now: datetime) -> list[sa.ColumnElement[bool]]:
     return [
         Execution.verdict_state == VerdictState.PENDING,
         Execution.status.in_(list(FINAL)),
@@ -44,10 +44,8 @@ def _due(now: Any) -> list[sa.ColumnElement[bool]]:
     ]
 
 
-async def score_execution(db: Database, settings: Settings, models: ModelRegistry, execution_id: str) -> bool:
-    """Score one ended execution if its scoring is due and nobody holds it; True when this call recorded (or
-    opened the grade)."""
-    now = utcnow()
+async def claim_scoring(db: Database, settings: Settings, execution_id: str, now: datetime) -> sa.Row[Any] | None:
+    """Take the scoring of an ended execution for a lease, if it is due and nobody holds it: the facts to score."""
     async with db.transaction() as session:
         claimed = (
             await session.execute(
@@ -65,6 +63,15 @@ async def score_execution(db: Database, settings: Settings, models: ModelRegistr
                 execution_options={"synchronize_session": False},
             )
         ).first()
+    return claimed
+
+
+async def score_execution(
+    db: Database, settings: Settings, models: ModelRegistry, execution_id: str, now: datetime | None = None
+) -> bool:
+    """Score one ended execution if its scoring is due and nobody holds it; True when this call recorded (or
+    opened the grade). `now` is injectable (a lapsed lease in tests)."""
+    claimed = await claim_scoring(db, settings, execution_id, now or utcnow())
     if claimed is None:
         return False
     scorers: list[dict[str, Any]] = list(claimed.scorers or ())
@@ -90,14 +97,16 @@ async def score_execution(db: Database, settings: Settings, models: ModelRegistr
         return await record_verdict(session, execution_id, scores, from_state=VerdictState.PENDING)
 
 
-async def process_scoring(db: Database, settings: Settings, models: ModelRegistry, *, limit: int = 50) -> int:
+async def process_scoring(
+    db: Database, settings: Settings, models: ModelRegistry, *, limit: int = 50, now: datetime | None = None
+) -> int:
     """Score up to `limit` ended executions whose scoring is due; how many were recorded."""
     async with db.reading() as session:
-        due = list(await session.scalars(sa.select(Execution.id).where(*_due(utcnow())).limit(limit)))
+        due = list(await session.scalars(sa.select(Execution.id).where(*_due(now or utcnow())).limit(limit)))
     done = 0
     for execution_id in due:
         try:
-            done += await score_execution(db, settings, models, execution_id)
+            done += await score_execution(db, settings, models, execution_id, now)
         except Exception:
             log.exception("scoring %s failed; retrying when its lease lapses", execution_id)
     return done
