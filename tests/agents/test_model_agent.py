@@ -44,11 +44,7 @@ async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: D
     async with fake_llm(call("send_email", **MAIL), call("finish", summary="Sent the report.")) as llm:
         config = model_settings(settings, llm)
         exe = await new_execution(
-            db,
-            config,
-            MAIL_TASK,
-            test_mode="with-verification",
-            agent_model="openai:scripted",
+            db, config, MAIL_TASK, test_mode="with-verification", agent_model="openai:scripted",
             autoDetectCheckpoints=True,
         )
         snap = await snapshot(db, exe)
@@ -72,7 +68,11 @@ async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: D
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed", snap.execution.error
-        assert snap.execution.result == {"summary": "Sent the report.", "output": "Sent the report.", "toolCalls": ["send_email"]}
+        assert snap.execution.result == {
+            "summary": "Sent the report.",
+            "output": "Sent the report.",
+            "toolCalls": ["send_email"],
+        }
         assert [(m.recipient, m.subject) for m in snap.mails] == [("boss@example.com", "Weekly report")]
         assert len(llm.requests) == 2
         assert json.loads(last_tool_result(llm.requests[1]))["to"] == "boss@example.com"
@@ -412,7 +412,11 @@ async def test_a_call_that_could_never_be_sent_is_not_put_to_the_reviewer(db: Da
     async with fake_llm(call("send_email", **BAD_MAILS[0]), call("finish", summary="gave up")) as llm:
         config = model_settings(settings, llm)
         exe = await new_execution(
-            db, config, MAIL_TASK, test_mode="with-verification", agent_model="openai:scripted",
+            db,
+            config,
+            MAIL_TASK,
+            test_mode="with-verification",
+            agent_model="openai:scripted",
             autoDetectCheckpoints=True,
         )
         await run(db, config)

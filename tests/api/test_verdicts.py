@@ -226,7 +226,13 @@ async def test_the_human_grade_over_the_api_and_the_webhook_waits_for_it(scored:
         execution_id = await create_ok(
             scored,
             owner.key,
-            says("Paris", expected="Paris", scorers=["exact", "human"], assignedReviewer=REVIEWER, webhookUrl=receiver.url),
+            says(
+                "Paris",
+                expected="Paris",
+                scorers=["exact", "human"],
+                assignedReviewer=REVIEWER,
+                webhookUrl=receiver.url,
+            ),
         )
         record = await wait_for(scored, owner.key, execution_id, grading)
         assert record["status"] == "completed"
@@ -251,7 +257,11 @@ async def test_the_human_grade_over_the_api_and_the_webhook_waits_for_it(scored:
         answered = await scored.client.post(path, json=body, headers=bearer(grader.key))
         assert answered.status_code == 200, await answered.get_json()
         decision = (await answered.get_json())["decision"]
-        assert (decision["decision"], decision["rating"], decision["labels"]) == ("reject", 2, ["wrong-format", "terse"])
+        assert (decision["decision"], decision["rating"], decision["labels"]) == (
+            "reject",
+            2,
+            ["wrong-format", "terse"],
+        )
         again = await scored.client.post(path, json={"passed": True}, headers=bearer(grader.key))
         assert again.status_code == 409 and (await again.get_json())["code"] == "already_decided"
 

@@ -34,9 +34,7 @@ async def test_the_grade_by_mail_link_takes_pass_a_rating_and_labels_once(servic
         owner.key,
         task(taskDescription=NOTE, agentModel="offline", assignedReviewer=REVIEWER, scorers=["human"]),
     )
-    record = await wait_for(
-        service, owner.key, execution_id, lambda r: (r["verdict"] or {}).get("state") == "grading"
-    )
+    record = await wait_for(service, owner.key, execution_id, lambda r: (r["verdict"] or {}).get("state") == "grading")
     assert record["status"] == "completed"
     output = record["result"]["output"]
     assert output == record["result"]["summary"] and output.startswith("Completed")
