@@ -45,6 +45,8 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "no_reviewer": (409, "The execution names no `assignedReviewer` to ask; PATCH one first."),
     "conflict": (409, "The same key is being handled by another request; send it again."),
     "webhook_not_configured": (409, "The execution has no `webhookUrl`; there is nothing to redeliver."),
+    "verdict_pending": (409, "The run's verdict is not recorded yet; its completion is sent once it is."),
+    "no_grade_requested": (409, "The run has no grade to give: no `human` scorer, or it has not completed yet."),
     "idempotency_key_in_use": (409, "The first request with this `Idempotency-Key` is still running; retry shortly."),
     "content_too_large": (413, "The body is larger than 1 MiB."),
     "unsupported_media_type": (415, "The body was not sent as `Content-Type: application/json`."),
@@ -304,6 +306,32 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "post",
+        "/api/eval/executions/{executionId}/grade",
+        "gradeExecution",
+        "Review",
+        "Grade the result",
+        "The `human` scorer's grade of a completed run: pass or fail, an optional 1-5 rating, labels and a "
+        "comment. It answers the run's `grade` checkpoint, so the same rules hold as for a decision: only the "
+        "assigned reviewer (or the backup once escalated) may grade, the owner sees a 403 and anyone else a 404, "
+        "and the first answer on any channel wins (a later one is a 409 `already_decided`). A run with no grade "
+        "to give (no `human` scorer, or not completed yet) is a 409 `no_grade_requested`. The verdict is "
+        "recorded with the grade, and the completion webhook, held back until then, carries it.",
+        "eval:manage",
+        200,
+        "DecisionAnswerOut",
+        "Graded: the decision as recorded.",
+        problems=(*_KEYED, *_BODY, "not_found", "not_assigned_reviewer", "already_decided", "no_grade_requested"),
+        parameters=("ExecutionId",),
+        body_schema="GradeIn",
+        body_examples={
+            "fail": {
+                "summary": "Fail with a rating and labels",
+                "value": {"passed": False, "rating": 2, "labels": ["wrong-format"], "comment": "Say more."},
+            },
+        },
+    ),
+    Operation(
+        "post",
         "/api/eval/executions/{executionId}/webhook/redeliver",
         "redeliverWebhook",
         "Manage",
@@ -318,7 +346,7 @@ OPERATIONS: tuple[Operation, ...] = (
         202,
         "RedeliveryOut",
         "Queued: the new message's id.",
-        problems=(*_KEYED, "not_found", "webhook_not_configured", "execution_not_finished"),
+        problems=(*_KEYED, "not_found", "webhook_not_configured", "execution_not_finished", "verdict_pending"),
         parameters=("ExecutionId",),
     ),
     Operation(
