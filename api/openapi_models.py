@@ -265,7 +265,9 @@ class ScoreOut(_Out):
     )
     score: float | None = Field(ge=0, le=1, description="0 to 1; null when the scorer could not say.")
     explanation: str = Field(description="Why: what matched or differed, the judge's reasoning, the grader's comment.")
-    by: str = Field(description="`vouch` for the service's own checks, the judge's model name, or the grader's address.")
+    by: str = Field(
+        description="`vouch` for the service's own checks, the judge's model name, or the grader's address."
+    )
 
 
 class VerdictOut(_Out):
