@@ -274,6 +274,9 @@ async def test_the_human_grade_over_the_api_and_the_webhook_waits_for_it(scored:
         assert (human["rating"], human["labels"], human["explanation"]) == (2, ["wrong-format", "terse"], "Say more.")
         shown = record["checkpoints"][-1]["decision"]
         assert (shown["rating"], shown["labels"]) == (2, ["wrong-format", "terse"])
+        # The grade is the run's evaluation, not part of the run: its metrics leave it out.
+        metrics = record["metrics"]
+        assert (metrics["checkpointsRejected"], metrics["reviewLatencyMs"], metrics["reviewWaitMs"]) == (0, [], 0)
 
         [request] = await until(lambda: receiver.count(1), timeout=15)
         assert request.verified_with == [0]
