@@ -255,8 +255,11 @@ async def decide(
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
     rating, labels = checked_grade(rating, labels)
-    origin = await session.scalar(sa.select(Checkpoint.origin).where(Checkpoint.id == checkpoint_id))
-    grading = origin == CheckpointOrigin.GRADE
+    # The worker's automatic passes (the without-verification hot path) never answer a grade: no read for them.
+    grading = via != Channel.AUTO and (
+        await session.scalar(sa.select(Checkpoint.origin).where(Checkpoint.id == checkpoint_id))
+        == CheckpointOrigin.GRADE
+    )
     if decision == "reject" and via in PERSON_CHANNELS and not comment.strip() and not grading:
         raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
     original_args: dict[str, Any] | None = None

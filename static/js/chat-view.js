@@ -312,6 +312,11 @@ export function createView(root, needState) {
       element.dataset.checkpointId = payload.checkpointId;
       element.dataset.decided = "false";
       element.dataset.origin = payload.origin || "";
+      if (payload.origin === "grade") {
+        // The human scorer's "Grade the result": approve is a pass, reject a fail.
+        element.querySelector("button[value=approve]").textContent = "Pass";
+        element.querySelector("button[value=reject]").textContent = "Fail";
+      }
       fill(element, "stage", payload.stage);
       fillOptional(element, "description", payload.description);
       fill(element, "verificationQuestion", payload.verificationQuestion);
