@@ -260,6 +260,9 @@ class ExecutionRunner:
         await pause_for_review(session, self.settings, self.execution_id, checkpoint, next_action, guards)
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
+        # `output` is the agent's final answer (issue 23), what scorers judge: the model's finish text, the
+        # rule-based agent's summary.
+        result = {**result, "output": result.get("output", result["summary"])}
         now = utcnow()
         await session.execute(
             sa.update(Execution)

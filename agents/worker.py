@@ -16,6 +16,7 @@ from agents.claims import claim_execution, claim_next
 from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
+from agents.scoring import run_scoring
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
@@ -72,6 +73,8 @@ class Worker:
             from core.trace_export import run_trace_exporter
 
             helpers.append(asyncio.create_task(run_trace_exporter(self.db, self.settings, stop)))
+        # Verdicts of ended runs with scorers (issue 23): any worker scores any run, once.
+        helpers.append(asyncio.create_task(run_scoring(self.db, self.settings, self.models, stop)))
         if self.settings.smtp_url:
             helpers.append(
                 asyncio.create_task(

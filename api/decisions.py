@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
+import sqlalchemy as sa
 from quart import Blueprint, request
 
 from api.auth import current_caller, require_scope
 from api.problems import ApiError, not_found
-from api.schemas import DecisionIn, parse_body
+from api.schemas import DecisionIn, GradeIn, parse_body
 from api.tasks import json_body
 from core.models import Checkpoint, Execution, utcnow
-from core.vocabulary import Channel
+from core.vocabulary import Channel, CheckpointOrigin
 from core.web.services import db_session
 from review import AlreadyDecided, DecisionError, InvalidInput, NotReviewer, UnknownCheckpoint, decide
 from review.access import may_decide
@@ -22,6 +24,50 @@ blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
 @blueprint.post("/<execution_id>/checkpoints/<checkpoint_id>/decision")
 @require_scope("eval:manage")
 async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict[str, Any], int]:
+    async def read() -> _Answer:
+        body = parse_body(DecisionIn, await json_body())
+        return body.decision, body.comment, body.editedArgs, body.rating, body.labels
+
+    return await _decide(execution_id, checkpoint_id, read)
+
+
+@blueprint.post("/<execution_id>/grade")
+@require_scope("eval:manage")
+async def grade(execution_id: str) -> tuple[dict[str, Any], int]:
+    """The `human` scorer's grade (issue 23): the answer to the run's open "Grade the result" checkpoint."""
+    session = db_session()
+    checkpoint_id = await session.scalar(
+        sa.select(Checkpoint.id)
+        .where(Checkpoint.execution_id == execution_id, Checkpoint.origin == CheckpointOrigin.GRADE)
+        .limit(1)
+    )
+    if checkpoint_id is None:
+        execution = await session.get(Execution, execution_id)
+        caller = current_caller()
+        if execution is None or (execution.user_id != caller.user_id and execution.assigned_reviewer != caller.email):
+            raise not_found("execution")
+        raise ApiError(
+            409,
+            "no_grade_requested",
+            "this run has no grade to give: it has no human scorer, or it has not completed yet",
+        )
+
+    async def read() -> _Answer:
+        body = parse_body(GradeIn, await json_body())
+        return "approve" if body.passed else "reject", body.comment, None, body.rating, body.labels
+
+    return await _decide(execution_id, checkpoint_id, read)
+
+
+# decision, comment, editedArgs, rating, labels
+_Answer = tuple[Literal["approve", "reject"], str, dict[str, Any] | None, int | None, list[str] | None]
+
+
+async def _decide(
+    execution_id: str, checkpoint_id: str, read: Callable[[], Awaitable[_Answer]]
+) -> tuple[dict[str, Any], int]:
+    """Decide as the caller, once they are known to be the reviewer: `read` gives the body's answer (read only
+    then, so that someone who may not see the execution learns nothing from a 422)."""
     caller = current_caller()
     session = db_session()
     execution = await session.get(Execution, execution_id)
@@ -40,17 +86,19 @@ async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict
             "not_assigned_reviewer",
             f"only the assigned reviewer ({execution.assigned_reviewer}) may decide",
         )
-    body = parse_body(DecisionIn, await json_body())
+    decision, comment, edited_args, rating, labels = await read()
     try:
         record = await decide(
             session,
             checkpoint_id,
-            body.decision,
+            decision,
             by=caller.email,
             via=Channel.API,
-            comment=body.comment,
+            comment=comment,
             remote_addr=request.remote_addr,
-            edited_args=body.editedArgs,
+            edited_args=edited_args,
+            rating=rating,
+            labels=labels,
         )
     except InvalidInput as exc:
         # A reject without a comment, an edit of a rejection, an argument the tool would refuse: the field named.

@@ -334,6 +334,9 @@ async def finish(session: AsyncSession, execution: Execution, body: ExternalComp
     now = utcnow()
     if body.status == "completed":
         result = dict(body.result or {})
+        if "output" not in result and isinstance(result.get("summary"), str):
+            # `output` is the agent's final answer (issue 23), what scorers judge: a summary stands in for it.
+            result["output"] = result["summary"]
         summary = result.get("output") or result.get("summary")
         if isinstance(summary, str) and summary:
             # The agent's answer is the run's summary, as a built-in run's is: the completion webhook carries it.

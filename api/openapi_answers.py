@@ -41,6 +41,8 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "no_reviewer": (409, "The execution names no `assignedReviewer` to ask; PATCH one first."),
     "conflict": (409, "The same key is being handled by another request; send it again."),
     "webhook_not_configured": (409, "The execution has no `webhookUrl`; there is nothing to redeliver."),
+    "verdict_pending": (409, "The run's verdict is not recorded yet; its completion is sent once it is."),
+    "no_grade_requested": (409, "The run has no grade to give: no `human` scorer, or it has not completed yet."),
     "idempotency_key_in_use": (409, "The first request with this `Idempotency-Key` is still running; retry shortly."),
     "content_too_large": (413, "The body is larger than 1 MiB."),
     "unsupported_media_type": (415, "The body was not sent as `Content-Type: application/json`."),

@@ -69,6 +69,8 @@ class DecisionOut(_Out):
         description="The arguments the reviewer changed before approving (the tool ran with them, the others as "
         "proposed); null when none were."
     )
+    rating: int | None = Field(ge=1, le=5, description="The reviewer's optional 1-5 rating; null when none was given.")
+    labels: list[str] | None = Field(description="The reviewer's optional labels; null when none were given.")
 
 
 class AttemptOut(DecisionOut):
@@ -92,8 +94,10 @@ class CheckpointOut(_Out):
     stage: str = Field(description="Short label of the stage being verified.")
     description: str = Field(description="What happens at this stage.")
     verificationQuestion: str = Field(description="The question the reviewer answers.")
-    origin: Literal["caller", "auto", "agent"] = Field(
-        description="`caller`: given at creation; `auto`: added by Vouch; `agent`: asked by an external agent."
+    origin: Literal["caller", "auto", "agent", "grade"] = Field(
+        description="`caller`: given at creation; `auto`: added by Vouch; `agent`: asked by an external agent; "
+        "`grade`: the `human` scorer's \"Grade the result\", asked once the run has completed (approve = pass, "
+        "reject = fail)."
     )
     status: CheckpointStatus = Field(description="`awaiting_review` while the agent waits at it for the reviewer.")
     awaitingSince: datetime | None = Field(description="When the agent reached it and began to wait; null before.")
@@ -248,6 +252,39 @@ class AgentOut(_Out):
     )
 
 
+class ScoreOut(_Out):
+    """One scorer's judgement of the run's `result.output`."""
+
+    scorer: str = Field(description="The scorer's `name` (its type unless the task named it).")
+    type: Literal["exact", "includes", "regex", "json_schema", "llm_judge", "human"] = Field(
+        description="The scorer's type."
+    )
+    passed: bool | None = Field(
+        description="Whether the output passed; null when the scorer could not say (a judge model unavailable, no "
+        "grade before the grading deadline): never counted as a pass."
+    )
+    score: float | None = Field(ge=0, le=1, description="0 to 1; null when the scorer could not say.")
+    explanation: str = Field(description="Why: what matched or differed, the judge's reasoning, the grader's comment.")
+    by: str = Field(
+        description="`vouch` for the service's own checks, the judge's model name, or the grader's address."
+    )
+
+
+class VerdictOut(_Out):
+    """Whether the run got it right, separate from `status` (a completed run can fail its evaluation)."""
+
+    state: Literal["pending", "grading", "done"] = Field(
+        description="`pending` until the run has ended and been scored, `grading` while the `human` scorer's grade "
+        "waits, `done` once recorded."
+    )
+    passed: bool | None = Field(
+        description="false when any scorer failed; null when any could not say (or before `done`); else true. A run "
+        "that did not complete fails every scorer."
+    )
+    score: float | None = Field(ge=0, le=1, description="The mean of the scores given; null when none was.")
+    scores: list[ScoreOut] = Field(description="Each scorer's judgement, in the task's order (so far).")
+
+
 class StatusRecordOut(_Out):
     """The status record of an execution (spec §4.2): status, checkpoints and metrics."""
 
@@ -266,10 +303,18 @@ class StatusRecordOut(_Out):
     completedAt: CompletedAt
     checkpointCount: CheckpointCount
     checkpoints: list[CheckpointOut] = Field(description="Its checkpoints, in the order the agent passes them.")
-    result: dict[str, Any] | None = Field(description="The agent's result once completed: `summary`, `steps`, ….")
+    result: dict[str, Any] | None = Field(
+        description="The agent's result once completed: `output` (its final answer, what scorers judge: the model's "
+        "`finish` text, the rule-based agent's summary, an external agent's `output`), `summary`, `steps`, …."
+    )
     error: ExecutionErrorOut | None = Field(description="Why it failed, when it failed; null otherwise.")
     metrics: MetricsOut = Field(description="Performance metrics, so far.")
     webhook: WebhookLogOut = Field(description="The webhook URL and each delivery with its attempts.")
+    expected: Any = Field(description="The task's `expected` output, as given; null when none was.")
+    scorers: list[dict[str, Any]] | None = Field(
+        description="The task's scorers, each as an object `{type, name, ...options}`; null when none were given."
+    )
+    verdict: VerdictOut | None = Field(description="The evaluation's verdict; null for a task without scorers.")
 
 
 class ExecutionSummaryOut(_Out):

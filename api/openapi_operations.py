@@ -232,6 +232,32 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
     Operation(
         "post",
+        "/api/eval/executions/{executionId}/grade",
+        "gradeExecution",
+        "Review",
+        "Grade the result",
+        "The `human` scorer's grade of a completed run: pass or fail, an optional 1-5 rating, labels and a "
+        "comment. It answers the run's `grade` checkpoint, so the same rules hold as for a decision: only the "
+        "assigned reviewer (or the backup once escalated) may grade, the owner sees a 403 and anyone else a 404, "
+        "and the first answer on any channel wins (a later one is a 409 `already_decided`). A run with no grade "
+        "to give (no `human` scorer, or not completed yet) is a 409 `no_grade_requested`. The verdict is "
+        "recorded with the grade, and the completion webhook, held back until then, carries it.",
+        "eval:manage",
+        200,
+        "DecisionAnswerOut",
+        "Graded: the decision as recorded.",
+        problems=(*_KEYED, *_BODY, "not_found", "not_assigned_reviewer", "already_decided", "no_grade_requested"),
+        parameters=("ExecutionId",),
+        body_schema="GradeIn",
+        body_examples={
+            "fail": {
+                "summary": "Fail with a rating and labels",
+                "value": {"passed": False, "rating": 2, "labels": ["wrong-format"], "comment": "Say more."},
+            },
+        },
+    ),
+    Operation(
+        "post",
         "/api/eval/executions/{executionId}/webhook/redeliver",
         "redeliverWebhook",
         "Manage",
@@ -246,7 +272,7 @@ OPERATIONS: tuple[Operation, ...] = (
         202,
         "RedeliveryOut",
         "Queued: the new message's id.",
-        problems=(*_KEYED, "not_found", "webhook_not_configured", "execution_not_finished"),
+        problems=(*_KEYED, "not_found", "webhook_not_configured", "execution_not_finished", "verdict_pending"),
         parameters=("ExecutionId",),
     ),
     *EXTERNAL_AGENT_OPERATIONS,

@@ -11,12 +11,13 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from api.external_schemas import ExternalCheckpointIn, ExternalCompleteIn, ExternalEventsIn
 from api.openapi_models import RESPONSE_MODELS, ExecutionStatus
-from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
+from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     CreateTaskIn,
     ExecutionPatchIn,
     DecisionIn,
+    GradeIn,
     ExternalEventsIn,
     ExternalCheckpointIn,
     ExternalCompleteIn,
@@ -98,6 +99,47 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "description": "What the deadline decides (recorded `via: timeout`): `reject` ends the run, "
             "`approve` goes on, `cancel` cancels it."
         },
+        "expected": {
+            "description": "What the run should produce: any JSON value or text, compared with `result.output` by "
+            "the `exact` and `includes` scorers (a list for `includes`: every item must appear) and shown to a "
+            "judge and a grader."
+        },
+        "scorers": {
+            "description": "How the run's `result.output` is judged once it ends; the status record's `verdict`. "
+            "Each a name or an object with `type` and its options (and an optional `name`): `exact`, `includes`, "
+            "`{type: regex, pattern, flags?}` (flags of i, m, s), `{type: json_schema, schema}`, "
+            "`{type: llm_judge, rubric, model?}` (a model profile; default the run's model or VOUCH_AGENT_MODEL), "
+            "`{type: human, deadline?}` (the assigned reviewer grades the result; deadline in seconds, default "
+            "`reviewDeadline`). An unknown type, a bad pattern or an invalid schema is a 422 naming the field.",
+            "anyOf": [
+                {
+                    "type": "array",
+                    "maxItems": 20,
+                    "items": {
+                        "anyOf": [
+                            {"enum": ["exact", "includes", "human"]},
+                            {
+                                "type": "object",
+                                "required": ["type"],
+                                "properties": {
+                                    "type": {
+                                        "enum": ["exact", "includes", "regex", "json_schema", "llm_judge", "human"]
+                                    },
+                                    "name": {"type": "string", "maxLength": 100},
+                                    "pattern": {"type": "string", "maxLength": 1000},
+                                    "flags": {"type": "string", "pattern": "^[ims]*$"},
+                                    "schema": {"type": "object"},
+                                    "rubric": {"type": "string", "maxLength": 10000},
+                                    "model": {"type": "string"},
+                                    "deadline": {"type": "integer", "minimum": 1, "maximum": 2592000},
+                                },
+                            },
+                        ]
+                    },
+                },
+                {"type": "null"},
+            ],
+        },
     },
     "CheckpointIn": {
         "stage": {
@@ -133,6 +175,29 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "arguments: a 422 names the argument (`/editedArgs/subject`).",
             "anyOf": [{"type": "object", "minProperties": 1}, {"type": "null"}],
         },
+        "rating": {
+            "description": "An optional grade of what the reviewer saw, 1 (poor) to 5 (excellent), kept with the "
+            "decision.",
+            "anyOf": [{"type": "integer", "minimum": 1, "maximum": 5}, {"type": "null"}],
+        },
+        "labels": {
+            "description": "Optional labels (each one line of at most 50 characters; at most 20, kept once each, "
+            "in order), kept with the decision.",
+            "anyOf": [{"type": "array", "items": {"type": "string", "maxLength": 50}}, {"type": "null"}],
+        },
+    },
+    "GradeIn": {
+        "passed": {"description": "Whether the run's result passes."},
+        "rating": {
+            "description": "An optional 1-5 rating; the human score is (rating - 1) / 4, else 1 for a pass, 0 for "
+            "a fail.",
+            "anyOf": [{"type": "integer", "minimum": 1, "maximum": 5}, {"type": "null"}],
+        },
+        "labels": {
+            "description": "Optional labels, as for a checkpoint decision.",
+            "anyOf": [{"type": "array", "items": {"type": "string", "maxLength": 50}}, {"type": "null"}],
+        },
+        "comment": {"description": "An optional comment: the human score's explanation."},
     },
 }
 # A rejection carries a comment (the agent revises from it) and no edits.

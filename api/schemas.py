@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -19,12 +20,15 @@ from pydantic import (
     model_validator,
 )
 
-from agents.model_names import ModelUnavailable, check_model_name
+from agents.model_names import OFFLINE, ModelUnavailable, check_model_name
 from api.problems import ApiError
 from core.accounts import AccountError, normalise_email
 from core.headers import line_break_problem
+from core.model_profiles import EXTERNAL
+from core.scorers import ScorerProblem, normalise_scorers
 
 M = TypeVar("M", bound=BaseModel)
+MAX_EXPECTED = 100_000
 NonEmpty = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
 
@@ -140,12 +144,40 @@ class CreateTaskIn(_Strict):
     # Seconds from the moment a checkpoint starts waiting (per attempt); a plain number keeps clients simple.
     reviewDeadline: Annotated[StrictInt, Field(ge=1, le=30 * 24 * 3600)] | None = None
     onDeadline: Literal["reject", "approve", "cancel"] = "reject"
+    # Issue 23: what the run should produce (any JSON value or text) and the scorers that judge its output.
+    expected: Any = None
+    scorers: list[Any] | None = None
 
     @model_validator(mode="after")
     def _reviewer_needed(self) -> CreateTaskIn:
         has_checkpoints = bool(self.checkpoints) or self.autoDetectCheckpoints
         if reviewer_required(self.testMode, has_checkpoints) and self.assignedReviewer is None:
             raise ValueError(REVIEWER_REQUIRED)
+        return self
+
+    @model_validator(mode="after")
+    def _scorers(self, info: ValidationInfo) -> CreateTaskIn:
+        if self.expected is not None:
+            text = json.dumps(self.expected, ensure_ascii=True)
+            if len(text) > MAX_EXPECTED:
+                raise ScorerProblem("/expected", f"must be at most {MAX_EXPECTED} characters as JSON")
+            if "\\u0000" in text:
+                raise ScorerProblem("/expected", "must not contain the NUL character (U+0000)")
+        if self.scorers is None:
+            return self
+        scorers = normalise_scorers(self.scorers, has_expected="expected" in self.model_fields_set)
+        context = info.context if isinstance(info.context, dict) else {}
+        for index, scorer in enumerate(scorers):
+            if scorer["type"] == "human" and self.assignedReviewer is None:
+                raise ScorerProblem("/assignedReviewer", "is required by the human scorer: someone grades the result")
+            if scorer["type"] == "llm_judge" and scorer["model"] is not None:
+                try:
+                    check_model_name(scorer["model"], context.get(MODEL_PROFILES, ()))
+                    if scorer["model"] in (OFFLINE, EXTERNAL):
+                        raise ModelUnavailable(f"{scorer['model']!r} cannot judge: name a model profile")
+                except ModelUnavailable as exc:
+                    raise ScorerProblem(f"/scorers/{index}/model", str(exc)) from None
+        self.scorers = scorers
         return self
 
 
@@ -167,6 +199,18 @@ class DecisionIn(_Strict):
     comment: Annotated[str, StringConstraints(strip_whitespace=True, max_length=5000)] = ""
     # Checked by review.decide against the tool's argument schema (core/tool_args.py): 422 naming the argument.
     editedArgs: dict[str, Any] | None = None
+    # Issue 23: an optional grade of what the reviewer saw, kept with the decision (checked by review.decide).
+    rating: StrictInt | None = None
+    labels: list[str] | None = None
+
+
+class GradeIn(_Strict):
+    """The `human` scorer's grade of a completed run."""
+
+    passed: StrictBool
+    rating: StrictInt | None = None
+    labels: list[str] | None = None
+    comment: Annotated[str, StringConstraints(strip_whitespace=True, max_length=5000)] = ""
 
 
 def _pointer(loc: tuple[int | str, ...]) -> str:
@@ -193,6 +237,9 @@ def parse_body(model: type[M], payload: Any, context: dict[str, Any] | None = No
                 message = "is required"
             if not pointer and message == REVIEWER_REQUIRED:
                 pointer = "/assignedReviewer"
+            cause = (error.get("ctx") or {}).get("error")
+            if isinstance(cause, ScorerProblem):
+                pointer, message = cause.pointer, cause.detail
             errors.append({"pointer": pointer, "detail": message})
         first = errors[0]
         field = first["pointer"].lstrip("/").replace("/", ".") or "body"

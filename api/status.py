@@ -12,6 +12,7 @@ from core.formatting import isoformat
 from core.metrics import RunFacts, load_facts, metrics_of
 from core.model_profiles import EXTERNAL
 from core.models import Checkpoint, Decision, Execution
+from core.scorers import verdict_json
 from core.webhooks import webhook_record
 from review import DecisionRecord
 
@@ -83,6 +84,12 @@ async def record_and_facts(session: AsyncSession, execution: Execution) -> tuple
         "error": error_object(execution.error_info, execution.error),
         "metrics": None,
         "webhook": await webhook_record(session, execution),
+        # Issue 23: what the run should produce, how it is scored, and the verdict (None without scorers).
+        "expected": execution.expected,
+        "scorers": execution.scorers,
+        "verdict": verdict_json(
+            execution.verdict_state, execution.verdict_passed, execution.verdict_score, execution.verdict_scores
+        ),
     }
     return record, facts
 

@@ -27,7 +27,7 @@ from core.events import add_numbered_events
 from core.ids import new_id
 from core.links import chat_url
 from core.models import CHECKPOINTS, EXECUTIONS, utcnow
-from core.vocabulary import EventType
+from core.vocabulary import EventType, VerdictState
 from core.web.services import db_session, services
 
 blueprint = Blueprint("tasks", __name__, url_prefix="/api/eval")
@@ -100,6 +100,10 @@ async def create_execution(
         # The rule-based agent cannot revise from a comment: its rejections end the run (review.decide).
         reads_comments=agent_model != OFFLINE_AGENT,
         status="queued",
+        expected=task.expected,
+        scorers=task.scorers or None,
+        # Scored once the run ends (agents/scoring.py); None: a task without scorers has no verdict.
+        verdict_state=VerdictState.PENDING if task.scorers else None,
         created_at=now,
         last_seq=1,  # `execution.created`, below
         lease_epoch=0,

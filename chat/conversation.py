@@ -84,7 +84,17 @@ def _system_text(type_: str, payload: dict[str, Any]) -> str | None:
             return f"Mail to {payload.get('to')} could not be sent: {payload.get('reason')}"
         case EventType.MODEL_REQUEST:
             return model_request_text(payload)
+        case EventType.EXECUTION_SCORED:
+            return verdict_text(payload)
     return None
+
+
+def verdict_text(payload: dict[str, Any]) -> str:
+    """Issue 23's verdict as one line; static/js/chat-view.js says the same words."""
+    passed = payload.get("passed")
+    said = "passed" if passed is True else "failed" if passed is False else "undecided"
+    score = payload.get("score")
+    return f"Verdict: {said}" + (f" (score {score:.2f})" if isinstance(score, int | float) else "")
 
 
 def model_request_text(payload: dict[str, Any]) -> str:

@@ -231,6 +231,8 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
             isinstance(edited, dict) and all(isinstance(name, str) and len(name) <= MAX_ID for name in edited)
         ):
             raise Refused("invalid", "editedArgs must be an object of arguments")
+        # Issue 23: an optional 1-5 rating and labels; review.decide checks them (InvalidInput, said as such).
+        grade = {"rating": data.get("rating"), "labels": data.get("labels")}
         person, csrf, state = await self._who(sid)
         async with self.db.transaction() as session:
             access = await self._access(session, data, person)
@@ -258,6 +260,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
                         remote_addr=state.get("addr"),
                         via=Channel.CHAT,
                         edited_args=edited,
+                        **grade,
                     )
                 except LinkRefused as refused:
                     if isinstance(refused.__cause__, DecisionError):
@@ -275,6 +278,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
                     comment=comment.strip(),
                     remote_addr=state.get("addr"),
                     edited_args=edited,
+                    **grade,
                 )
         return {"ok": True, "decision": record.as_json()}
 

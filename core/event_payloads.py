@@ -81,6 +81,9 @@ class DecisionJson(TypedDict):
     attempt: int
     originalArgs: dict[str, Any] | None
     editedArgs: dict[str, Any] | None
+    # Issue 23: the reviewer's optional 1-5 rating and labels.
+    rating: int | None
+    labels: list[str] | None
 
 
 class CheckpointDecided(DecisionJson):
@@ -168,6 +171,14 @@ class ToolResult(TypedDict):
     key: NotRequired[str]
 
 
+class ExecutionScored(TypedDict):
+    """The verdict (core/scorers.py `verdict_json`), recorded once."""
+
+    passed: bool | None
+    score: float | None
+    scores: list[dict[str, Any]]
+
+
 # Which payload each event type carries; a test keeps it complete.
 PAYLOADS: dict[EventType, type] = {
     EventType.EXECUTION_CREATED: ExecutionCreated,
@@ -189,6 +200,7 @@ PAYLOADS: dict[EventType, type] = {
     EventType.AGENT_MESSAGE: AgentMessage,
     EventType.TOOL_CALL: ToolCallPayload,
     EventType.TOOL_RESULT: ToolResult,
+    EventType.EXECUTION_SCORED: ExecutionScored,
 }
 
 

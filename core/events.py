@@ -200,6 +200,15 @@ async def append_event(
 ) -> AddedEvent: ...
 
 
+@overload
+async def append_event(
+    session: AsyncSession,
+    execution_id: str,
+    type_: Literal[EventType.EXECUTION_SCORED],
+    payload: p.ExecutionScored,
+) -> AddedEvent: ...
+
+
 # One overload per event type (core/event_payloads.py): mypy checks each payload against its type.
 async def append_event(
     session: AsyncSession, execution_id: str, type_: EventType, payload: Mapping[str, Any]

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Decision, Event, Execution, utcnow
-from core.vocabulary import FINAL, CheckpointStatus, EventType
+from core.vocabulary import FINAL, CheckpointOrigin, CheckpointStatus, EventType
 
 AGENT_EVENTS = (EventType.AGENT_MESSAGE, EventType.TOOL_CALL, EventType.MODEL_REQUEST)
 # The event types the metrics and the timeline read (agent.message is only needed for its time, below).
@@ -128,18 +128,25 @@ async def load_facts(session: AsyncSession, execution: Execution, *, now: dateti
     return RunFacts(execution, events, checkpoints, decisions, first, now or utcnow())
 
 
+def grade_checkpoints(facts: RunFacts) -> frozenset[str]:
+    """The `human` scorer's grade (issue 23) is asked after the run has ended: it is the evaluation of the run,
+    not part of it, so the run's metrics leave it out (its wait would run past the run's end)."""
+    return frozenset(cp.id for cp in facts.checkpoints if cp.origin == CheckpointOrigin.GRADE)
+
+
 def review_waits(facts: RunFacts) -> list[ReviewWait]:
-    """Every waited attempt of every checkpoint, in the order the waits began."""
+    """Every waited attempt of every checkpoint of the run (not its grade), in the order the waits began."""
+    grades = grade_checkpoints(facts)
     starts: dict[tuple[str, int], datetime] = {}
     for event in facts.events:
-        if event.type == EventType.CHECKPOINT_AWAITING_REVIEW:
+        if event.type == EventType.CHECKPOINT_AWAITING_REVIEW and event.payload.get("checkpointId") not in grades:
             key = (str(event.payload.get("checkpointId")), int(event.payload.get("attempt", 1)))
             starts.setdefault(key, event.at)
     for cp in facts.checkpoints:
         # The current attempt's start is the column the status record shows as `awaitingSince`: the
         # metrics agree with the record exactly. (A checkpoint sent back to `pending` for a revision
         # still holds its previous attempt's start there, so only a waiting or decided one counts.)
-        if cp.awaiting_since is not None and cp.status in _REVIEWED_STATUSES:
+        if cp.awaiting_since is not None and cp.status in _REVIEWED_STATUSES and cp.id not in grades:
             starts[(cp.id, cp.attempt)] = cp.awaiting_since
     decided = {(d.checkpoint_id, d.attempt): d for d in facts.decisions}
     waits = []
@@ -194,6 +201,8 @@ class MetricsSoFar:
                 revisions += 1
         known = bool(costs) and all(cost is not None for cost in costs)
         execution = facts.execution
+        grades = grade_checkpoints(facts)
+        decisions = [d for d in facts.decisions if d.checkpoint_id not in grades]
         counted = {
             "durationMs": None,
             "agentMs": round(agent_ms),
@@ -207,8 +216,8 @@ class MetricsSoFar:
             "outputTokens": output_tokens,
             "toolCalls": sum(tool_calls.values()),
             "toolCallsByTool": dict(sorted(tool_calls.items())),
-            "checkpointsApproved": sum(1 for d in facts.decisions if d.decision == "approve"),
-            "checkpointsRejected": sum(1 for d in facts.decisions if d.decision == "reject"),
+            "checkpointsApproved": sum(1 for d in decisions if d.decision == "approve"),
+            "checkpointsRejected": sum(1 for d in decisions if d.decision == "reject"),
             "revisions": revisions,
             "reviewLatencyMs": None,
             # Rounded to a millionth of a dollar so that float sums read the same everywhere.

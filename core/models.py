@@ -79,6 +79,19 @@ class Execution(Base):
     # False for a rule-based agent (the offline one): it cannot revise from a rejection's comment, so a
     # rejection ends its run (review/decisions.py); set at creation.
     reads_comments: Mapped[bool] = mapped_column(default=True, server_default=sa.true())
+    # Issue 23: what the run should produce (any JSON value) and the scorers that judge it (core/scorers.py).
+    expected: Mapped[Any] = mapped_column(sa.JSON(none_as_null=True), nullable=True)
+    scorers: Mapped[list[Any] | None] = mapped_column()
+    # The verdict, in columns a suite aggregates in SQL: state None (no scorers) | pending (to score once the
+    # run ends) | grading (a reviewer's grade waits) | done. passed true/false/null, score 0..1/null, and the
+    # per-scorer list [{scorer, type, passed, score, explanation, by, ...}].
+    verdict_state: Mapped[str | None] = mapped_column(sa.String(16), index=True)
+    verdict_passed: Mapped[bool | None] = mapped_column()
+    verdict_score: Mapped[float | None] = mapped_column(sa.Float)
+    verdict_scores: Mapped[list[Any] | None] = mapped_column()
+    verdict_at: Mapped[datetime | None] = mapped_column()
+    # The scoring worker's claim: a worker that dies while a judge thinks leaves it to lapse (agents/scoring.py).
+    verdict_lease_until: Mapped[datetime | None] = mapped_column()
 
 
 # The table itself, for Core statements on the agent's hot path (no ORM attribute machinery).
@@ -126,6 +139,9 @@ class Decision(Base):
     # An approval with edited arguments: the arguments proposed, and the ones the reviewer changed.
     original_args: Mapped[dict[str, Any] | None] = mapped_column()
     edited_args: Mapped[dict[str, Any] | None] = mapped_column()
+    # Issue 23: a reviewer's optional grade of what they saw (1-5) and labels: kept with the decision.
+    rating: Mapped[int | None] = mapped_column()
+    labels: Mapped[list[Any] | None] = mapped_column()
 
 
 class Event(Base):

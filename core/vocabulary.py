@@ -39,6 +39,22 @@ class CheckpointStatus(StrEnum):
 PASSED = frozenset({CheckpointStatus.APPROVED, CheckpointStatus.AUTO_APPROVED})
 
 
+class CheckpointOrigin(StrEnum):
+    """Who asked for a checkpoint: the caller, the service's side-effect detection, an external agent, or the
+    `human` scorer (issue 23), whose checkpoint is the final "Grade the result" after the run has ended."""
+
+    CALLER = "caller"
+    AUTO = "auto"
+    AGENT = "agent"
+    GRADE = "grade"
+
+
+class VerdictState(StrEnum):
+    PENDING = "pending"
+    GRADING = "grading"
+    DONE = "done"
+
+
 class Channel(StrEnum):
     """How a decision arrived."""
 
@@ -84,6 +100,8 @@ class EventType(StrEnum):
     AGENT_MESSAGE = "agent.message"
     TOOL_CALL = "tool.call"
     TOOL_RESULT = "tool.result"
+    # Issue 23: the run's verdict is recorded (after the run ended, and after a reviewer's grade when asked for).
+    EXECUTION_SCORED = "execution.scored"
 
 
 # The events that record an execution's reaching a final status.

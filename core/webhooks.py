@@ -9,6 +9,10 @@ Body (Standard Webhooks): `{"type", "timestamp", "data"}`. The completion notifi
 `execution.completed`, whatever the final status (completed, failed, rejected, cancelled): it tells that
 the execution has finished, and `data.status` tells how. A task can also ask (`webhookEvents`) for
 `checkpoint.awaiting_review` and `checkpoint.decided`.
+
+A run with scorers (issue 23) holds its completion notification back until its verdict is recorded: its final
+event wakes the scoring workers (SCORING_CHANNEL) instead, and the `execution.scored` event queues the
+notification, with `data.verdict`.
 """
 
 from __future__ import annotations
@@ -25,18 +29,21 @@ from core.formatting import isoformat
 from core.ids import new_id
 from core.metrics import execution_metrics
 from core.models import Execution, WebhookAttempt, WebhookDelivery, utcnow
-from core.vocabulary import ENDING_EVENTS, FINAL, EventType
+from core.scorers import verdict_json
+from core.vocabulary import ENDING_EVENTS, FINAL, EventType, VerdictState
 
 if TYPE_CHECKING:
     # A circle for the type checker only: core/events.py calls enqueue_for_event with the event it just added.
     from core.events import AddedEvent
 
 WEBHOOK_CHANNEL = "vouch:webhooks"
+# A run with scorers has ended: the workers' scoring loops (agents/scoring.py) look for work.
+SCORING_CHANNEL = "vouch:scoring"
 COMPLETION = EventType.EXECUTION_COMPLETED
 OPTIONAL_EVENTS = (EventType.CHECKPOINT_AWAITING_REVIEW, EventType.CHECKPOINT_DECIDED)
 FINAL_EVENTS = ENDING_EVENTS
 # The event types append_event hands over; anything else costs the hot path one set lookup only.
-WEBHOOK_EVENT_TYPES = FINAL_EVENTS | frozenset(OPTIONAL_EVENTS)
+WEBHOOK_EVENT_TYPES = FINAL_EVENTS | frozenset(OPTIONAL_EVENTS) | {EventType.EXECUTION_SCORED}
 # Fields of a checkpoint event's payload that go out; the rest (the agent's next action) stays private.
 _CHECKPOINT_FIELDS = (
     "checkpointId",
@@ -78,8 +85,10 @@ def _completion_payload(row: sa.Row[Any], metrics: dict[str, Any]) -> dict[str, 
             "status": row.status,
             "completedAt": isoformat(row.completed_at),
             "summary": result.get("summary"),
+            "output": result.get("output"),
             "error": error_object(row.error_info, row.error),
             "metrics": metrics,
+            "verdict": verdict_json(row.verdict_state, row.verdict_passed, row.verdict_score, row.verdict_scores),
             # A path here; the sender prefixes VOUCH_BASE_URL (the worker knows it, this transaction need not).
             "statusUrl": STATUS_PATH.format(execution_id=row.id),
         },
@@ -104,6 +113,10 @@ _FACTS = (
     Execution.error_info,
     Execution.webhook_url,
     Execution.webhook_events,
+    Execution.verdict_state,
+    Execution.verdict_passed,
+    Execution.verdict_score,
+    Execution.verdict_scores,
 )
 
 
@@ -137,9 +150,14 @@ async def enqueue_for_event(session: AsyncSession, event: AddedEvent) -> Webhook
     if event.type not in WEBHOOK_EVENT_TYPES:
         return None
     row = await _facts(session, event.execution_id)
-    if row is None or not row.webhook_url:
+    if row is None:
         return None
-    if event.type in FINAL_EVENTS:
+    waits_for_verdict = row.verdict_state in (VerdictState.PENDING, VerdictState.GRADING)
+    if event.type in FINAL_EVENTS and waits_for_verdict:
+        publish_after_commit(session, SCORING_CHANNEL, {"executionId": row.id})
+    if not row.webhook_url:
+        return None
+    if event.type == EventType.EXECUTION_SCORED or (event.type in FINAL_EVENTS and not waits_for_verdict):
         metrics = await _metrics(session, row.id)
         return _queue(session, row, row.webhook_url, _completion_payload(row, metrics))
     if event.type in (row.webhook_events or ()):
@@ -160,6 +178,10 @@ async def redeliver(session: AsyncSession, execution: Execution) -> WebhookDeliv
     if row.status not in FINAL:
         raise RedeliveryRefused(
             "execution_not_finished", f"the execution is {row.status}; its completion is sent once it finishes"
+        )
+    if row.verdict_state in (VerdictState.PENDING, VerdictState.GRADING):
+        raise RedeliveryRefused(
+            "verdict_pending", "the run's verdict is not recorded yet; its completion is sent once it is"
         )
     metrics = await _metrics(session, row.id)
     delivery = _queue(session, row, row.webhook_url, _completion_payload(row, metrics))

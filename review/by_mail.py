@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
-from core.vocabulary import Channel
+from core.vocabulary import Channel, CheckpointOrigin
 from review.decisions import DecisionError, DecisionRecord, Verdict, decide
 from review.links import use_links
 
@@ -49,7 +49,8 @@ async def link_state(session: AsyncSession, link: ReviewLink) -> LinkState:
     elif (
         checkpoint.attempt != link.attempt
         or checkpoint.status != "awaiting_review"
-        or execution.status != "awaiting_review"
+        # A grade (issue 23) is asked after the run ended: the run does not wait for it, its verdict does.
+        or (execution.status != "awaiting_review" and checkpoint.origin != CheckpointOrigin.GRADE)
     ):
         status = "closed"
     else:
@@ -74,6 +75,8 @@ async def decide_by_link(
     remote_addr: str | None,
     via: Channel = Channel.EMAIL,
     edited_args: dict[str, Any] | None = None,
+    rating: Any = None,
+    labels: Any = None,
 ) -> DecisionRecord:
     """Spend the link and decide as its reviewer, on the attempt it was made for; LinkRefused if the link
     may not decide. `via` is "chat" for the mail's chat link, "email" for its buttons and a reply.
@@ -95,6 +98,8 @@ async def decide_by_link(
             remote_addr=remote_addr,
             attempt=link.attempt,
             edited_args=edited_args,
+            rating=rating,
+            labels=labels,
         )
     except DecisionError as exc:
         raise LinkRefused(state, str(exc)) from exc

@@ -18,8 +18,9 @@ from core.formatting import isoformat
 from core.ids import new_id
 from core.models import Checkpoint, Decision, Execution, utcnow
 from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text
-from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, EventType
+from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
 from review.access import reviewer_may_decide
+from review.grading import grade_given
 
 Verdict = Literal["approve", "reject"]
 # "cancel" is the deadline's third policy only (onDeadline=cancel); people approve or reject.
@@ -39,6 +40,8 @@ class DecisionRecord:
     # An approval with edited arguments: all the arguments proposed, and those the reviewer changed.
     original_args: dict[str, Any] | None = None
     edited_args: dict[str, Any] | None = None
+    rating: int | None = None
+    labels: list[str] | None = None
 
     def as_json(self) -> DecisionJson:
         # The request address stays out of this shape: it goes into events, which view-link holders see.
@@ -51,6 +54,8 @@ class DecisionRecord:
             "attempt": self.attempt,
             "originalArgs": self.original_args,
             "editedArgs": self.edited_args,
+            "rating": self.rating,
+            "labels": self.labels,
         }
 
     @classmethod
@@ -66,6 +71,8 @@ class DecisionRecord:
             row.remote_addr,
             row.original_args,
             row.edited_args,
+            row.rating,
+            list(row.labels) if row.labels is not None else None,
         )
 
 
@@ -121,6 +128,34 @@ class InvalidInput(DecisionError):
 
 
 REJECT_NEEDS_COMMENT = "is required to reject: say what should change"
+MAX_LABELS = 20
+MAX_LABEL = 50
+
+
+def checked_grade(rating: Any, labels: Any) -> tuple[int | None, list[str] | None]:
+    """A decision's optional rating (a whole number 1-5) and labels (distinct short texts, order kept), or
+    InvalidInput naming the field. Forms send text: "4" is 4, and labels may come comma-separated."""
+    if isinstance(rating, str):
+        rating = int(rating) if rating.strip().isdigit() else (None if not rating.strip() else rating)
+    if rating is not None and (not isinstance(rating, int) or isinstance(rating, bool) or not 1 <= rating <= 5):
+        raise InvalidInput("/rating", "must be a whole number from 1 to 5")
+    if isinstance(labels, str):
+        labels = [part for part in labels.split(",")]
+    if labels is None:
+        return rating, None
+    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+        raise InvalidInput("/labels", "must be a list of texts")
+    kept: list[str] = []
+    for label in (label.strip() for label in labels):
+        if not label:
+            continue
+        if len(label) > MAX_LABEL or any(ord(c) < 32 for c in label):
+            raise InvalidInput("/labels", f"must each be one line of at most {MAX_LABEL} characters")
+        if label not in kept:
+            kept.append(label)
+    if len(kept) > MAX_LABELS:
+        raise InvalidInput("/labels", f"may hold at most {MAX_LABELS} labels")
+    return rating, kept or None
 
 
 def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -185,6 +220,8 @@ async def decide(
     remote_addr: str | None = None,
     attempt: int | None = None,
     edited_args: dict[str, Any] | None = None,
+    rating: Any = None,
+    labels: Any = None,
 ) -> DecisionRecord:
     """Record the first answer to the current attempt of a checkpoint and move its execution on.
 
@@ -205,6 +242,11 @@ async def decide(
     `edited_args` (approve only) changes some of the arguments of the tool call the checkpoint gates; they are
     checked against the tool's schema (InvalidInput naming the argument) and kept, with the proposed ones, in
     the decision. The runner runs the call with them (agents/tool_calls.py, `gate`).
+
+    `rating` (1-5) and `labels` are a person's optional grade, kept in the decision (InvalidInput `/rating`,
+    `/labels`). A checkpoint of origin `grade` (the `human` scorer's "Grade the result", after the run ended)
+    is answered the same way, approve = pass and reject = fail (no comment required), and its answer records
+    the run's verdict (review/grading.py) instead of moving the execution.
     """
     if decision not in ("approve", "reject", "cancel"):
         raise DecisionError(f"decision must be 'approve' or 'reject', not {decision!r}")
@@ -212,7 +254,13 @@ async def decide(
         raise DecisionError("only a deadline cancels; decide 'approve' or 'reject'")
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
-    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip():
+    rating, labels = checked_grade(rating, labels)
+    # The worker's automatic passes (the without-verification hot path) never answer a grade: no read for them.
+    grading = via != Channel.AUTO and (
+        await session.scalar(sa.select(Checkpoint.origin).where(Checkpoint.id == checkpoint_id))
+        == CheckpointOrigin.GRADE
+    )
+    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip() and not grading:
         raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
     original_args: dict[str, Any] | None = None
     if edited_args is not None:
@@ -248,7 +296,7 @@ async def decide(
         if checkpoint is None:
             raise UnknownCheckpoint(f"no checkpoint {checkpoint_id}")
         status = await session.scalar(sa.select(Execution.status).where(Execution.id == checkpoint.execution_id))
-        if status in FINAL:
+        if status in FINAL and not grading:
             raise ExecutionNotWaiting(f"the execution is {status}; this checkpoint will not be reached")
         raise NotAwaitingReview("the agent has not reached this checkpoint yet")
     execution_id, current_attempt = won
@@ -287,6 +335,8 @@ async def decide(
         decided_at=now,
         original_args=original_args,
         edited_args=edited_args,
+        rating=rating,
+        labels=labels,
     )
     session.add(row)
     # Flushed here: the unique (checkpoint_id, attempt) is the database's own guard against a second answer.
@@ -295,6 +345,9 @@ async def decide(
     decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
     await append_event(session, execution_id, EventType.CHECKPOINT_DECIDED, decided)
     if via == "auto":
+        return record
+    if grading:
+        await grade_given(session, execution_id, record)
         return record
     revise = False
     if decision == "reject" and via != "timeout":

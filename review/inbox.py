@@ -19,7 +19,7 @@ from core.formatting import age
 from core.links import chat_url
 from core.models import Checkpoint, Decision, Event, Execution, ReviewTimer, utcnow
 from core.tool_args import argument_lines
-from core.vocabulary import Channel, EventType
+from core.vocabulary import Channel, CheckpointOrigin, EventType
 from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import CsrfError, client_addr, login_required, see_other, viewer
@@ -69,7 +69,8 @@ async def waiting_for(session: AsyncSession, email: str, now: datetime) -> list[
         .join(Execution, Execution.id == Checkpoint.execution_id)
         .where(
             Checkpoint.status == "awaiting_review",
-            Execution.status == "awaiting_review",
+            # A grade (issue 23) waits after its run has ended.
+            sa.or_(Execution.status == "awaiting_review", Checkpoint.origin == CheckpointOrigin.GRADE),
             sa.or_(Execution.assigned_reviewer == email, Execution.backup_reviewer == email),
         )
         .order_by(Checkpoint.awaiting_since, Checkpoint.id)
@@ -140,6 +141,7 @@ async def _detail(
     comment: str = "",
     values: dict[str, str] | None = None,
     bad_argument: str = "",
+    grade: dict[str, str] | None = None,
 ) -> str:
     email = viewer().email
     now = utcnow()
@@ -149,9 +151,10 @@ async def _detail(
         )
     )
     base = services().settings.base_url or request.host_url.rstrip("/")
+    grading = checkpoint.origin == CheckpointOrigin.GRADE
     can_decide = (
         checkpoint.status == "awaiting_review"
-        and execution.status == "awaiting_review"
+        and (execution.status == "awaiting_review" or grading)
         and await may_decide(session, execution, checkpoint, email, now)
     )
     return await render_template(
@@ -171,6 +174,8 @@ async def _detail(
         # The proposed arguments in full, or what the reviewer typed over them when the form comes back.
         arguments=[(name, (values or {}).get(name, text)) for name, text in argument_lines(action_args(checkpoint))],
         bad_argument=bad_argument,
+        grading=grading,
+        grade=grade or {},
     )
 
 
@@ -229,7 +234,8 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
         abort(400)
     if verdict not in ("approve", "reject"):
         abort(400)
-    if verdict == "reject" and not comment:
+    grade = {"rating": form.get("rating") or "", "labels": (form.get("labels") or "")[:2000]}
+    if verdict == "reject" and not comment and checkpoint.origin != CheckpointOrigin.GRADE:
         page = await _detail(
             session, checkpoint, execution, error="Say what the agent should change: a rejection needs a comment."
         )
@@ -248,6 +254,8 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             remote_addr=client_addr(),
             attempt=attempt,  # the attempt the reviewer saw: a stale form cannot answer a newer one
             edited_args=_edits(checkpoint, values) if verdict == "approve" else None,
+            rating=grade["rating"],
+            labels=grade["labels"],
         )
     except InvalidInput as exc:
         # Refused before anything was written; the 422 rolls the request's transaction back all the same.
@@ -259,6 +267,7 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             comment=comment,
             values=values,
             bad_argument=exc.argument,
+            grade=grade,
         )
         return page, 422
     except DecisionError as exc:  # AlreadyDecided names the winner

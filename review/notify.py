@@ -22,6 +22,7 @@ from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, MailMessage
 from core.settings import Settings
 from core.tool_args import argument_lines
+from core.vocabulary import CheckpointOrigin
 from review.links import mint_links
 
 FALLBACK_BASE_URL = "http://127.0.0.1:8000"
@@ -105,12 +106,15 @@ async def queue_review_mail(
         "inbox_url": f"{base}/review/inbox/{checkpoint.id}",
         "reads_comments": execution.reads_comments,
         "replies": replies,
+        "grading": checkpoint.origin == CheckpointOrigin.GRADE,
     }
     # one_line: names the API took before it refused control characters (issue 19) must not break the header.
     name, stage = one_line(execution.task_name), one_line(checkpoint.stage)
     tag = f" {subject_tag(links.reply)}" if replies else ""
     subject = f"Review needed: {name} — {stage}{tag}"
-    if checkpoint.attempt > 1:
+    if checkpoint.origin == CheckpointOrigin.GRADE:
+        subject = f"Grade the result: {name}{tag}"
+    elif checkpoint.attempt > 1:
         subject = f"Review needed (attempt {checkpoint.attempt}): {name} — {stage}{tag}"
     return await enqueue_mail(
         session,

@@ -15,11 +15,12 @@ from quart import Blueprint, Response, render_template, request
 from core.links import chat_url
 from core.models import ReviewLink
 from core.tool_args import argument_lines
+from core.vocabulary import CheckpointOrigin
 from core.web.headers import add_page_headers
 from core.web.services import services
 from core.web.sessions import PRESESSION_COOKIE, client_addr, presession_secret, read_cookie, token_digest
 from review.by_mail import LinkRefused, LinkState, decide_by_link, link_state
-from review.decisions import Verdict
+from review.decisions import InvalidInput, Verdict, checked_grade
 from review.links import find_link
 from review.notify import base_url
 
@@ -57,8 +58,14 @@ async def _closed_page(state: LinkState, status: int, note: str = "") -> tuple[s
     return page, status
 
 
-async def _form_page(state: LinkState, *, error: str = "", comment: str = "", status: int = 200) -> tuple[str, int]:
+async def _form_page(
+    state: LinkState, *, error: str = "", comment: str = "", status: int = 200, grade: dict[str, str] | None = None
+) -> tuple[str, int]:
     context: dict[str, Any] = {
+        # The `human` scorer's "Grade the result" (issue 23): approve is a pass, reject a fail.
+        "grading": state.checkpoint.origin == CheckpointOrigin.GRADE,
+        "rating": (grade or {}).get("rating", ""),
+        "labels": (grade or {}).get("labels", ""),
         "state": state,
         "verdict": state.link.purpose,
         "csrf": _csrf_for(state.link),
@@ -113,13 +120,23 @@ async def decide_here(token: str) -> tuple[str, int]:
     if state.status != "usable":
         return await _closed_page(state, 410)
     comment = (form.get("comment") or "").strip()[:MAX_COMMENT]
-    if link.purpose == "reject" and not comment:
-        return await _form_page(state, error="Say why you reject: the agent gets your comment.", status=422)
+    sent = {"rating": form.get("rating") or "", "labels": (form.get("labels") or "")[:2000]}
+    grading = state.checkpoint.origin == CheckpointOrigin.GRADE
+    if link.purpose == "reject" and not comment and not grading:
+        return await _form_page(state, error="Say why you reject: the agent gets your comment.", status=422, grade=sent)
+    try:
+        rating, labels = checked_grade(sent["rating"], sent["labels"])
+    except InvalidInput as exc:
+        return await _form_page(
+            state, error=f"The {exc.pointer.lstrip('/')} {exc.detail}.", comment=comment, status=422, grade=sent
+        )
     try:
         async with db.transaction() as session:
             fresh = await session.get_one(ReviewLink, link.id)
             verdict: Verdict = "approve" if link.purpose == "approve" else "reject"
-            await decide_by_link(session, fresh, verdict, comment=comment, remote_addr=client_addr())
+            await decide_by_link(
+                session, fresh, verdict, comment=comment, remote_addr=client_addr(), rating=rating, labels=labels
+            )
     except LinkRefused as refused:
         async with db.reading() as session:
             latest = await link_state(session, refused.state.link)

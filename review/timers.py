@@ -31,7 +31,7 @@ from core.links import chat_url
 from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, ReviewTimer, utcnow
 from core.settings import Settings
-from core.vocabulary import Channel, EventType
+from core.vocabulary import Channel, CheckpointOrigin, EventType
 from review.decisions import Outcome, decide
 
 log = logging.getLogger(__name__)
@@ -40,17 +40,25 @@ KINDS = ("reminder", "escalation", "deadline")
 
 
 async def schedule_timers(
-    session: AsyncSession, settings: Settings, execution_id: str, checkpoint: Checkpoint, now: datetime
+    session: AsyncSession,
+    settings: Settings,
+    execution_id: str,
+    checkpoint: Checkpoint,
+    now: datetime,
+    *,
+    deadline_seconds: int | None = None,
 ) -> None:
-    """Write the timers of this attempt of `checkpoint` (in the caller's transaction: the pause's)."""
+    """Write the timers of this attempt of `checkpoint` (in the caller's transaction: the pause's). The deadline
+    is the task's reviewDeadline, or `deadline_seconds` when given (a grade's own: review/grade_request.py)."""
     execution = await session.get_one(Execution, execution_id)
+    deadline = deadline_seconds if deadline_seconds is not None else execution.review_deadline_seconds
     due: list[tuple[str, datetime]] = []
     if execution.assigned_reviewer:
         due.append(("reminder", now + timedelta(minutes=settings.review_reminder_minutes)))
     if execution.backup_reviewer:
         due.append(("escalation", now + timedelta(minutes=settings.review_escalation_minutes)))
-    if execution.review_deadline_seconds is not None:
-        due.append(("deadline", now + timedelta(seconds=execution.review_deadline_seconds)))
+    if deadline is not None:
+        due.append(("deadline", now + timedelta(seconds=deadline)))
     for kind, at in due:
         session.add(
             ReviewTimer(
@@ -94,10 +102,12 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
     timer.fired_at = now
     checkpoint = await session.get_one(Checkpoint, timer.checkpoint_id)
     execution = await session.get_one(Execution, timer.execution_id)
+    # A grade (issue 23) waits after its run has ended: its execution does not wait, its verdict does.
+    grade = checkpoint.origin == CheckpointOrigin.GRADE
     live = (
         checkpoint.status == "awaiting_review"
         and checkpoint.attempt == timer.attempt
-        and execution.status == "awaiting_review"
+        and (execution.status == "awaiting_review" or grade)
     )
     if not live:
         return False
@@ -136,11 +146,13 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
         "checkpointId": checkpoint.id,
         "attempt": timer.attempt,
         "stage": checkpoint.stage,
-        "policy": execution.on_deadline,
+        "policy": "no_grade" if grade else execution.on_deadline,
     }
     await append_event(session, execution.id, EventType.REVIEW_DEADLINE_PASSED, passed)
     policy: Outcome = "reject"
-    if execution.on_deadline == "approve":
+    if grade:
+        policy = "cancel"  # no grade: the human scorer could not say (never a pass, never a made-up fail)
+    elif execution.on_deadline == "approve":
         policy = "approve"
     elif execution.on_deadline == "cancel":
         policy = "cancel"

@@ -284,7 +284,8 @@ export function createView(root, needState) {
 
   function refreshCard(card) {
     const decided = card.dataset.decided === "true";
-    const open = !decided && !view.final;
+    // A grade (the human scorer's "Grade the result") is asked once the run has ended.
+    const open = !decided && (!view.final || card.dataset.origin === "grade");
     const form = card.querySelector('[data-part="form"]');
     if (form) {
       form.hidden = !(open && view.canDecide);
@@ -363,6 +364,11 @@ export function createView(root, needState) {
         return `Asked ${payload.model || "the model"}: ${payload.inputTokens || 0} tokens in, ` +
           `${payload.outputTokens || 0} out, ${seconds.toFixed(1)} s${cost}`;
       }
+      case EVENT.EXECUTION_SCORED: {
+        const said = payload.passed === true ? "passed" : payload.passed === false ? "failed" : "undecided";
+        const score = typeof payload.score === "number" ? ` (score ${payload.score.toFixed(2)})` : "";
+        return `Verdict: ${said}${score}`;
+      }
       default:
         return null;
     }
@@ -426,6 +432,12 @@ export function createView(root, needState) {
       element = fromTemplate("card", message);
       element.dataset.checkpointId = payload.checkpointId;
       element.dataset.decided = "false";
+      element.dataset.origin = payload.origin || "";
+      if (payload.origin === "grade") {
+        // The human scorer's "Grade the result": approve is a pass, reject a fail.
+        element.querySelector("button[value=approve]").textContent = "Pass";
+        element.querySelector("button[value=reject]").textContent = "Fail";
+      }
       fill(element, "stage", payload.stage);
       fillOptional(element, "description", payload.description);
       fill(element, "verificationQuestion", payload.verificationQuestion);
@@ -442,7 +454,9 @@ export function createView(root, needState) {
       showPart(element, "attempt", (payload.attempt || 1) > 1);
       cards.set(payload.checkpointId, element);
       refreshCard(element);
-      setStatus("awaiting_review");
+      if (payload.origin !== "grade") {
+        setStatus("awaiting_review");
+      }
       notifyWaiting(payload.stage);
     } else if (type === EVENT.CHECKPOINT_DECIDED && payload.via !== "auto") {
       const card = cards.get(payload.checkpointId);

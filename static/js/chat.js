@@ -170,7 +170,8 @@ import { createView, slot } from "./chat-view.js";
     const comment = form.elements.comment.value;
     const edits = decision === "approve" ? editedArgs(form) : null;
     // The same rule as every channel's (review.decide checks it again): the agent revises from the comment.
-    if (decision === "reject" && !comment.trim()) {
+    const grading = card.dataset.origin === "grade";
+    if (decision === "reject" && !comment.trim() && !grading) {
       showError(form, "Say what should change: a rejection needs a comment.");
       form.elements.comment.focus();
       return;
@@ -181,6 +182,13 @@ import { createView, slot } from "./chat-view.js";
     const request = { executionId, token, reviewerToken, checkpointId: card.dataset.checkpointId, decision, comment, csrf };
     if (edits) {
       request.editedArgs = edits;
+    }
+    // An optional grade of what the reviewer saw: review.decide checks it.
+    if (form.elements.rating && form.elements.rating.value) {
+      request.rating = Number(form.elements.rating.value);
+    }
+    if (form.elements.labels && form.elements.labels.value.trim()) {
+      request.labels = form.elements.labels.value.split(",").map((label) => label.trim()).filter(Boolean);
     }
     socket.timeout(15000).emit("decide_checkpoint", request, (failure, answer) => {
       buttons.forEach((button) => {

@@ -44,11 +44,7 @@ async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: D
     async with fake_llm(call("send_email", **MAIL), call("finish", summary="Sent the report.")) as llm:
         config = model_settings(settings, llm)
         exe = await new_execution(
-            db,
-            config,
-            MAIL_TASK,
-            test_mode="with-verification",
-            agent_model="openai:scripted",
+            db, config, MAIL_TASK, test_mode="with-verification", agent_model="openai:scripted",
             autoDetectCheckpoints=True,
         )
         snap = await snapshot(db, exe)
@@ -72,7 +68,11 @@ async def test_mail_without_review_pauses_first_and_goes_out_once_approved(db: D
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed", snap.execution.error
-        assert snap.execution.result == {"summary": "Sent the report.", "toolCalls": ["send_email"]}
+        assert snap.execution.result == {
+            "summary": "Sent the report.",
+            "output": "Sent the report.",
+            "toolCalls": ["send_email"],
+        }
         assert [(m.recipient, m.subject) for m in snap.mails] == [("boss@example.com", "Weekly report")]
         assert len(llm.requests) == 2
         assert json.loads(last_tool_result(llm.requests[1]))["to"] == "boss@example.com"
@@ -153,7 +153,7 @@ async def test_a_caller_checkpoint_the_model_never_asks_for_is_reviewed_before_c
         await run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed"
-        assert snap.execution.result == {"summary": "All done.", "toolCalls": ["write_file"]}
+        assert snap.execution.result == {"summary": "All done.", "output": "All done.", "toolCalls": ["write_file"]}
         assert [f.path for f in snap.files] == ["a.md"]
 
 
@@ -368,7 +368,7 @@ async def test_anthropic_models_run_through_anthropics_own_client(
         await run(db, settings)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed", snap.execution.error
-        assert snap.execution.result == {"summary": "wrote a.md", "toolCalls": ["write_file"]}
+        assert snap.execution.result == {"summary": "wrote a.md", "output": "wrote a.md", "toolCalls": ["write_file"]}
         # Anthropic's wire format: the tool result goes back as a tool_result block in a user turn.
         results = [
             block
@@ -412,7 +412,11 @@ async def test_a_call_that_could_never_be_sent_is_not_put_to_the_reviewer(db: Da
     async with fake_llm(call("send_email", **BAD_MAILS[0]), call("finish", summary="gave up")) as llm:
         config = model_settings(settings, llm)
         exe = await new_execution(
-            db, config, MAIL_TASK, test_mode="with-verification", agent_model="openai:scripted",
+            db,
+            config,
+            MAIL_TASK,
+            test_mode="with-verification",
+            agent_model="openai:scripted",
             autoDetectCheckpoints=True,
         )
         await run(db, config)

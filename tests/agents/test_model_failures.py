@@ -136,6 +136,10 @@ async def test_a_model_asked_again_after_an_empty_answer_may_still_finish(db: Da
         snap = await snapshot(db, exe)
         # A text answer is the model's final answer, as before.
         assert snap.execution.status == "completed", snap.execution.error
-        assert snap.execution.result == {"summary": "All done: nothing to do.", "toolCalls": []}
+        assert snap.execution.result == {
+            "summary": "All done: nothing to do.",
+            "output": "All done: nothing to do.",
+            "toolCalls": [],
+        }
         asked = llm.requests[1]["messages"][-1]
         assert asked["role"] == "user" and "finish" in asked["content"]

@@ -53,7 +53,7 @@ async def test_an_anthropic_profile_runs_a_task_with_its_key_settings_and_prices
         await claim_and_run(db, config)
         snap = await snapshot(db, exe)
         assert snap.execution.status == "completed", snap.execution.error
-        assert snap.execution.result == {"summary": "wrote a.md", "toolCalls": ["write_file"]}
+        assert snap.execution.result == {"summary": "wrote a.md", "output": "wrote a.md", "toolCalls": ["write_file"]}
         assert len(llm.requests) == 2
         for body, headers in zip(llm.requests, llm.headers, strict=True):
             assert body["model"] == "claude-3-5-haiku-latest"

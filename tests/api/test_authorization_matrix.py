@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from core.accounts import revoke_api_key
 from core.models import ApiKey, Execution, WebhookDelivery, utcnow
+from review.grade_request import request_grade
 from tests.api.helpers import CREATE, account, add_key, assert_problem, decision_path, status_path, task
 from tests.api.rows import insert_execution
 from tests.conftest import Account, Service, bearer
@@ -69,6 +70,20 @@ async def finished_with_webhook(service: Service, owner: Account) -> Target:
         await session.execute(
             sa.update(Execution).where(Execution.id == target.execution_id).values(webhook_url="https://x.example.com/")
         )
+    return target
+
+
+async def grading(service: Service, owner: Account) -> Target:
+    """A completed run whose `human` scorer's grade waits (issue 23), opened as the scoring worker opens it."""
+    target = await finished(service, owner)
+    human = {"type": "human", "name": "human", "deadline": None}
+    async with service.db.transaction() as session:
+        await session.execute(
+            sa.update(Execution)
+            .where(Execution.id == target.execution_id)
+            .values(scorers=[human], verdict_state="pending")
+        )
+        assert await request_grade(session, service.settings, target.execution_id, human, [])
     return target
 
 
@@ -191,6 +206,14 @@ ROUTES = [
             decision_path(t.execution_id, t.checkpoint_id), json={"decision": "approve"}, headers=h
         ),
     ),
+    Route(
+        "POST grade",
+        ("POST", "/api/eval/executions/<execution_id>/grade"),
+        "eval:manage",
+        200,
+        grading,
+        lambda s, t, h: s.client.post(executions_path(t, "grade"), json={"passed": True}, headers=h),
+    ),
 ]
 
 # A key with every scope but the one the route needs (eval:manage implies the other two).
@@ -235,18 +258,21 @@ def cases(keys: Keys, route: Route) -> list[tuple[str, dict[str, str], int | Non
     ]
 
 
-async def execution_state(service: Service, execution_id: str) -> tuple[str, str | None, int] | None:
+async def execution_state(service: Service, execution_id: str) -> tuple[str, str | None, int, str | None] | None:
     async with service.db.reading() as session:
         row = (
             await session.execute(
-                sa.select(Execution.status, Execution.webhook_url).where(Execution.id == execution_id)
+                # The verdict's state too: a grade changes nothing else (the run stays as it ended).
+                sa.select(Execution.status, Execution.webhook_url, Execution.verdict_state).where(
+                    Execution.id == execution_id
+                )
             )
         ).first()
         # Webhook deliveries too: a redelivery changes nothing but their number.
         queued = await session.scalar(
             sa.select(sa.func.count()).select_from(WebhookDelivery).where(WebhookDelivery.execution_id == execution_id)
         )
-        return (row[0], row[1], int(queued or 0)) if row is not None else None
+        return (row[0], row[1], int(queued or 0), row[2]) if row is not None else None
 
 
 async def test_authorization_matrix(api_only: Service, subtests: pytest.Subtests) -> None:

@@ -39,6 +39,9 @@ RECORD_KEYS = {
     "error",
     "metrics",
     "webhook",
+    "expected",
+    "scorers",
+    "verdict",
 }
 CHECKPOINT_KEYS = {
     "checkpointId",

@@ -21,7 +21,7 @@ from vouch_client.webhooks import sign as client_sign
 
 from api import openapi_models as served
 from api.openapi_answers import PROBLEM_CODES
-from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn
+from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
 from core.vocabulary import ENDING_EVENTS
 from core.vocabulary import FINAL as FINAL_STATUSES
 from core.webhook_secrets import sign as server_sign
@@ -33,7 +33,12 @@ SERVER_PACKAGES = ("core", "api", "agents", "review", "chat")
 
 @pytest.mark.parametrize(
     ("client", "server"),
-    [(models.TaskSpec, CreateTaskIn), (models.ExecutionPatch, ExecutionPatchIn), (models.DecisionRequest, DecisionIn)],
+    [
+        (models.TaskSpec, CreateTaskIn),
+        (models.ExecutionPatch, ExecutionPatchIn),
+        (models.DecisionRequest, DecisionIn),
+        (models.GradeRequest, GradeIn),
+    ],
 )
 def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseModel], server: type[BaseModel]) -> None:
     # The client's requests are strict (a misspelt field fails before it is sent): a field it lacks is one a
@@ -53,6 +58,8 @@ def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseMode
         (models.Metrics, served.MetricsOut),
         (models.ExecutionError, served.ExecutionErrorOut),
         (models.Agent, served.AgentOut),
+        (models.Verdict, served.VerdictOut),
+        (models.Score, served.ScoreOut),
         (models.ExecutionSummary, served.ExecutionSummaryOut),
         (models.ExecutionPage, served.ExecutionListOut),
         (models.DecisionAnswer, served.DecisionAnswerOut),

@@ -142,6 +142,8 @@ async def test_approve(db: Database, settings: Settings) -> None:
         "attempt": 1,
         "originalArgs": None,
         "editedArgs": None,
+        "rating": None,
+        "labels": None,
     }
     assert after["checkpoints"][1].id == second
 

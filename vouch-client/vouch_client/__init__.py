@@ -43,8 +43,10 @@ from vouch_client.models import (
     FieldError,
     Metrics,
     Problem,
+    Score,
     StatusRecord,
     TaskSpec,
+    Verdict,
 )
 from vouch_client.sync import Client
 from vouch_client.webhooks import WebhookVerificationError, verify_webhook
@@ -76,6 +78,7 @@ __all__ = [
     "RateLimited",
     "Rejected",
     "RetryPolicy",
+    "Score",
     "ServerError",
     "StatusRecord",
     "StreamError",
@@ -83,6 +86,7 @@ __all__ = [
     "TransportError",
     "Unauthorized",
     "ValidationFailed",
+    "Verdict",
     "VouchError",
     "WaitTimeout",
     "WebhookVerificationError",

@@ -31,6 +31,7 @@ from vouch_client.models import (
     DecisionRequest,
     ExecutionPage,
     ExecutionPatch,
+    GradeRequest,
     StatusRecord,
     TaskSpec,
 )
@@ -173,10 +174,14 @@ def decide(
     decision: str,
     comment: str = "",
     edited_args: Mapping[str, Any] | None = None,
+    rating: int | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Call[DecisionAnswer]:
-    fields: dict[str, Any] = {"decision": decision, "comment": comment}
+    fields: dict[str, Any] = {"decision": decision, "comment": comment, "rating": rating}
     if edited_args:
         fields["editedArgs"] = dict(edited_args)
+    if labels:
+        fields["labels"] = list(labels)
     body = DecisionRequest.model_validate(fields)
     path = f"/api/eval/executions/{_segment(execution_id)}/checkpoints/{_segment(checkpoint_id)}/decision"
     return Call("POST", path, _model(DecisionAnswer), json=body.model_dump(exclude_none=True))
@@ -197,3 +202,15 @@ def client_headers(api_key: str) -> dict[str, str]:
 
 
 __all__ = ["ApiError", "Call", "RetryPolicy"]
+
+
+def grade(
+    execution_id: str,
+    passed: bool,
+    rating: int | None = None,
+    labels: Sequence[str] | None = None,
+    comment: str = "",
+) -> Call[DecisionAnswer]:
+    body = GradeRequest(passed=passed, rating=rating, labels=list(labels) if labels else None, comment=comment)
+    path = f"/api/eval/executions/{_segment(execution_id)}/grade"
+    return Call("POST", path, _model(DecisionAnswer), json=body.model_dump(exclude_none=True))

@@ -230,6 +230,14 @@ def _status_lines(status: StatusRecord, colour: bool = False) -> list[str]:
         lines.extend(f"    not understood: {instruction}" for instruction in status.error.instructions)
     if status.result and status.result.get("summary"):
         lines.append(f"  result: {status.result['summary']}")
+    if status.verdict is not None:
+        said = {True: "passed", False: "failed", None: "undecided"}[status.verdict.passed]
+        score = f", score {status.verdict.score:.2f}" if status.verdict.score is not None else ""
+        lines.append(f"  verdict: {said}{score} ({status.verdict.state})")
+        lines.extend(
+            f"    {s.scorer}: {({True: 'pass', False: 'fail', None: '?'})[s.passed]} — {s.explanation}"
+            for s in status.verdict.scores
+        )
     return lines
 
 
@@ -290,9 +298,18 @@ def tasks_cancel(ctx: click.Context, execution_id: str) -> None:
     metavar="NAME=VALUE",
     help="Approve with this argument of the checkpoint's tool call changed (repeatable), e.g. --set subject=\"Hi\".",
 )
+@click.option("--rating", type=click.IntRange(1, 5), help="An optional 1-5 grade of what you saw.")
+@click.option("--label", "labels", multiple=True, help="An optional label (repeatable).")
 @click.pass_context
 def checkpoints_decide(
-    ctx: click.Context, execution_id: str, checkpoint_id: str, decision: str, comment: str, settings: tuple[str, ...]
+    ctx: click.Context,
+    execution_id: str,
+    checkpoint_id: str,
+    decision: str,
+    comment: str,
+    settings: tuple[str, ...],
+    rating: int | None,
+    labels: tuple[str, ...],
 ) -> None:
     """Approve or reject a checkpoint that waits for you."""
     if decision == "reject" and not comment.strip():
@@ -305,10 +322,35 @@ def checkpoints_decide(
         if not equals or not name.strip():
             raise click.UsageError(f"--set takes NAME=VALUE, not {setting!r}")
         edits[name.strip()] = value
-    answer = _run(ctx, lambda client: client.decide(execution_id, checkpoint_id, decision, comment, edits or None))
+    answer = _run(
+        ctx,
+        lambda client: client.decide(
+            execution_id, checkpoint_id, decision, comment, edits or None, rating=rating, labels=labels or None
+        ),
+    )
     verdict = answer.decision.decision
     shown = paint(verdict, "ok" if verdict == "approve" else "bad", colour_wanted(sys.stdout))
     click.echo(f"{answer.checkpointId} {shown} by {answer.decision.by} via {answer.decision.via}")
     for name, value in (answer.decision.editedArgs or {}).items():
         click.echo(f"  {name} changed to {value!r}")
 
+
+
+@tasks.command("grade")
+@click.argument("execution_id")
+@click.argument("outcome", type=click.Choice(["pass", "fail"]))
+@click.option("--rating", type=click.IntRange(1, 5), help="An optional 1-5 rating.")
+@click.option("--label", "labels", multiple=True, help="An optional label (repeatable).")
+@click.option("--comment", default="", help="An optional comment: the grade's explanation.")
+@click.pass_context
+def tasks_grade(
+    ctx: click.Context, execution_id: str, outcome: str, rating: int | None, labels: tuple[str, ...], comment: str
+) -> None:
+    """Grade a completed run's result (its `human` scorer): pass or fail."""
+    answer = _run(
+        ctx,
+        lambda client: client.grade(
+            execution_id, outcome == "pass", rating=rating, labels=labels or None, comment=comment
+        ),
+    )
+    click.echo(f"{execution_id} graded {outcome} by {answer.decision.by} via {answer.decision.via}")

@@ -62,6 +62,10 @@ class TaskSpec(_Request):
     backupReviewer: str | None = None
     reviewDeadline: int | None = None
     onDeadline: Literal["reject", "approve", "cancel"] | None = None
+    # What the run should produce (any JSON value or text), and how its `result.output` is scored: each scorer a
+    # name ("exact", "includes", "human") or an object ({"type": "regex", "pattern": …}, json_schema, llm_judge).
+    expected: Any = None
+    scorers: list[str | dict[str, Any]] | None = None
 
 
 class ExecutionPatch(_Request):
@@ -76,6 +80,18 @@ class DecisionRequest(_Request):
     comment: str = ""
     # Approve only: the arguments of the checkpoint's tool call to change before it runs.
     editedArgs: dict[str, Any] | None = None
+    # An optional grade of what the reviewer saw: 1-5, and labels.
+    rating: int | None = None
+    labels: list[str] | None = None
+
+
+class GradeRequest(_Request):
+    """The `human` scorer's grade of a completed run."""
+
+    passed: bool
+    rating: int | None = None
+    labels: list[str] | None = None
+    comment: str = ""
 
 
 # Answers ------------------------------------------------------------------------------------------------------
@@ -100,6 +116,8 @@ class Decision(_Answer):
     attempt: int = 1
     originalArgs: dict[str, Any] | None = None
     editedArgs: dict[str, Any] | None = None
+    rating: int | None = None
+    labels: list[str] | None = None
 
 
 class NextAction(_Answer):
@@ -159,6 +177,26 @@ class Agent(_Answer):
     kind: str
 
 
+class Score(_Answer):
+    """One scorer's judgement: `passed` None when it could not say (never a pass)."""
+
+    scorer: str
+    type: str
+    passed: bool | None = None
+    score: float | None = None
+    explanation: str = ""
+    by: str = ""
+
+
+class Verdict(_Answer):
+    """Whether the run got it right, separate from its status; `state` is pending, grading or done."""
+
+    state: str
+    passed: bool | None = None
+    score: float | None = None
+    scores: list[Score] = Field(default_factory=list)
+
+
 class StatusRecord(_Answer):
     """GET /api/eval/status/<id>: where an execution stands, its checkpoints and metrics."""
 
@@ -179,10 +217,17 @@ class StatusRecord(_Answer):
     result: dict[str, Any] | None = None
     error: ExecutionError | None = None
     metrics: Metrics = Field(default_factory=Metrics)
+    expected: Any = None
+    scorers: list[dict[str, Any]] | None = None
+    verdict: Verdict | None = None
 
     @property
     def final(self) -> bool:
         return self.status in FINAL_STATUSES
+
+    def grade_checkpoint(self) -> CheckpointState | None:
+        """The `human` scorer's "Grade the result", if it waits for its grade."""
+        return next((cp for cp in self.checkpoints if cp.origin == "grade" and cp.status == "awaiting_review"), None)
 
     def waiting_checkpoint(self) -> CheckpointState | None:
         """The checkpoint the agent waits at, if any."""

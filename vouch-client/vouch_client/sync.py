@@ -179,10 +179,29 @@ class Client:
         decision: str,
         comment: str = "",
         edited_args: Mapping[str, Any] | None = None,
+        *,
+        rating: int | None = None,
+        labels: Sequence[str] | None = None,
     ) -> DecisionAnswer:
         """Approve or reject a checkpoint (the key's user must be its reviewer; eval:manage). A rejection needs a
-        comment; an approval may change arguments of the checkpoint's tool call (`edited_args`)."""
-        return self._send(calls.decide(execution_id, checkpoint_id, decision, comment, edited_args))
+        comment; an approval may change arguments of the checkpoint's tool call (`edited_args`). `rating` (1-5)
+        and `labels` are an optional grade of what the reviewer saw, kept with the decision."""
+        return self._send(
+            calls.decide(execution_id, checkpoint_id, decision, comment, edited_args, rating, labels)
+        )
+
+    def grade(
+        self,
+        execution_id: str,
+        passed: bool,
+        *,
+        rating: int | None = None,
+        labels: Sequence[str] | None = None,
+        comment: str = "",
+    ) -> DecisionAnswer:
+        """Grade a completed run's result (its `human` scorer; the key's user must be its reviewer): pass or fail,
+        an optional 1-5 rating, labels and a comment. The run's verdict is recorded with it."""
+        return self._send(calls.grade(execution_id, passed, rating, labels, comment))
 
     # Live events and waiting ---------------------------------------------------------------------------------
 

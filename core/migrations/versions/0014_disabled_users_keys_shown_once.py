@@ -9,7 +9,7 @@ page it redirects to needs the secret once: api_keys.sealed_secret holds it XORe
 the creating browser holds (a short-lived cookie), and the first showing clears it.
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-12-02 12:00:00
 """
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0012"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
