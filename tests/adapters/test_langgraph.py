@@ -3,7 +3,11 @@ API while watching the run live, and the graph resumes with the decision (Comman
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 import uuid
+from pathlib import Path
 from typing import Any, TypedDict
 
 import pytest
@@ -71,3 +75,50 @@ async def test_an_interrupt_is_decided_in_vouch(
         assert [c.status for c in record.checkpoints if c.stage == "Send"] == [
             "approved" if decision.decision == "approve" else "pending"
         ]
+
+
+PROCESS = Path(__file__).with_name("langgraph_process.py")
+
+
+async def test_a_restarted_agent_resumes_its_thread_with_the_decision_made_meanwhile(
+    vouch: Vouch, tmp_path: Path
+) -> None:
+    sent = tmp_path / "sent.jsonl"
+    files = [str(tmp_path / "graph.sqlite"), str(uuid.uuid4()), str(sent)]
+    async with AsyncClient(vouch.base, vouch.owner.key) as client:
+        run = await client.start_external(external_task())
+        argv = [str(PROCESS), vouch.base, vouch.owner.key, run.execution_id, *files]
+        first = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, "start", cwd=tmp_path, stdout=asyncio.subprocess.DEVNULL
+        )
+        # The agent's process dies while its checkpoint waits for the reviewer.
+        events = client.stream(run.execution_id)
+        waiting = await asyncio.wait_for(anext(e async for e in events if e.type == "checkpoint.awaiting_review"), 60)
+        await events.aclose()
+        first.kill()
+        await first.wait()
+        await client.decide(run.execution_id, waiting.payload["checkpointId"], "approve",
+                            edited_args={"subject": "v2 is out"})
+
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, "resume", cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            out, err = await asyncio.wait_for(second.communicate(), 60)
+        finally:
+            if second.returncode is None:  # timed out: a new checkpoint waits, and no one decides it
+                second.kill()
+                await second.wait()
+        assert second.returncode == 0, err.decode()
+
+        assert json.loads(out.decode().strip().splitlines()[-1])["outcome"] == "sent to team@example.com: v2 is out"
+        assert [json.loads(line) for line in sent.read_text().splitlines()] == [{**MAIL, "subject": "v2 is out"}]
+        record = await client.status(run.execution_id)
+        assert record.status == "completed"
+        # One checkpoint, asked by both processes under the same key, decided once.
+        assert [(c.checkpointId, c.status) for c in record.checkpoints if c.stage == "Send"] == [
+            (waiting.payload["checkpointId"], "approved")
+        ]
+        kinds = [e.type async for e in client.stream(run.execution_id)]
+        assert (kinds.count("checkpoint.awaiting_review"), kinds.count("checkpoint.decided")) == (1, 1)

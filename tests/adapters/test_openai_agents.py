@@ -1,14 +1,14 @@
 """The OpenAI Agents SDK end to end: a gated tool's call stops the SDK's run at a Vouch checkpoint, the reviewer
 decides it through the API while watching the run live, and the decision goes back into the SDK's RunState.
 
-The agent runs in a process of its own (agent_process.py says why), driven by the SDK's ScriptedModel."""
+The agent runs in a process of its own with the python of the SDK's venv (agent_venv.py says why), driven by the
+SDK's ScriptedModel; the Vouch server runs in this test process."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +18,14 @@ from vouch_client import AsyncClient
 from tests.adapters.helpers import Decision, Reviewer, external_task
 from tests.client.conftest import Vouch
 
-AGENT = Path(__file__).with_name("agent_process.py")
+AGENT = Path(__file__).with_name("openai_agents_process.py")
 MAIL = {"to": "team@example.com", "subject": "v2"}
 
 
-async def run_agent(vouch: Vouch, execution_id: str, cwd: Path) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+async def run_agent(python: Path, vouch: Vouch, execution_id: str, cwd: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(AGENT), vouch.base, vouch.owner.key, execution_id,
+        str(python), str(AGENT), vouch.base, vouch.owner.key, execution_id,
         cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), 60)
@@ -44,13 +44,13 @@ async def run_agent(vouch: Vouch, execution_id: str, cwd: Path) -> dict[str, Any
     ids=["approve", "edited", "reject"],
 )
 async def test_a_tool_approval_is_decided_in_vouch(
-    vouch: Vouch, tmp_path: Path, decision: Decision, sent: list[dict[str, str]], final: str
+    openai_agents_venv: Path, vouch: Vouch, tmp_path: Path, decision: Decision, sent: list[dict[str, str]], final: str
 ) -> None:
     async with AsyncClient(vouch.base, vouch.owner.key) as client:
         run = await client.start_external(external_task())
         reviewer = Reviewer(vouch, run.execution_id, [decision])
         async with reviewer.running():
-            outcome = await run_agent(vouch, run.execution_id, tmp_path)
+            outcome = await run_agent(openai_agents_venv, vouch, run.execution_id, tmp_path)
 
         assert outcome == {"finalOutput": final, "sent": sent}
         action = reviewer.asked[0]["nextAction"]

@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult, RunState, ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from agents import Agent, FunctionTool, RunContextWrapper, Runner, RunResult, RunState, ToolApprovalItem
 from vouch_client.external import AsyncExternalRun
 from vouch_client.external_calls import CheckpointDecision
 

@@ -1,6 +1,6 @@
-"""An OpenAI Agents SDK agent, run as a process of its own by test_openai_agents.py: the SDK's import name is
-`agents`, as is the server's package, which a process started in this checkout finds first. Run from elsewhere
-(`python tests/adapters/agent_process.py <url> <key> <execution id>`), `agents` is the SDK.
+"""An OpenAI Agents SDK agent, run by test_openai_agents.py with the python of the SDK's own venv
+(agent_venv.py): `python openai_agents_process.py <url> <key> <execution id>`. There `agents` is the SDK, and
+nothing of the Vouch server is installed, as in a user's agent environment.
 
 The model is the SDK's own ScriptedModel (no network): it asks to send one mail, then answers with what the
 tool returned, or with the rejection the SDK passed it. Prints what happened as one JSON line."""
