@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-import time
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -18,19 +18,16 @@ def external_task() -> dict[str, Any]:
 
 
 def decide_when_waiting(vouch: Vouch, execution_id: str, decision: str, **fields: Any) -> threading.Thread:
-    """The reviewer, in a thread of their own: decides the waiting checkpoint once there is one."""
+    """The reviewer, in a thread of their own: decides the first checkpoint that waits, seen on the run's live
+    stream (which replays the run's events from its start, so one that waits already is seen too)."""
 
     def review() -> None:
-        with Client(vouch.base, vouch.owner.key) as reviewer:
-            deadline = time.monotonic() + 20
-            while True:
-                record = reviewer.status(execution_id)
-                waiting = [c for c in record.checkpoints if c.status == "awaiting_review"]
-                if waiting:
-                    reviewer.decide(execution_id, waiting[0].checkpointId, decision, **fields)
+        with Client(vouch.base, vouch.owner.key) as reviewer, closing(reviewer.stream(execution_id)) as events:
+            for event in events:
+                if event.type == "checkpoint.awaiting_review":
+                    reviewer.decide(execution_id, event.payload["checkpointId"], decision, **fields)
                     return
-                assert time.monotonic() < deadline, "no checkpoint started waiting"
-                time.sleep(0.05)  # polling with a deadline: the agent pauses in another thread
+        raise AssertionError("the run ended with no checkpoint waiting")
 
     thread = threading.Thread(target=review)
     thread.start()
