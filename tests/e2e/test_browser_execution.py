@@ -8,7 +8,7 @@ from core.accounts import create_user
 from core.db import Database
 from core.settings import Settings
 from tests.e2e.test_browser_keys import PASSWORD, chromium  # noqa: F401  (the browser fixture)
-from tests.support.live import live_server
+from tests.support.live import at_own_address, live_server
 from tests.support.scripted_run import rejected_then_approved
 
 EMAIL = "timeline@example.com"
@@ -20,7 +20,8 @@ async def test_timeline_has_one_bar_per_review_wait(settings: Settings, db: Data
         user_id = user.id
     # Rejected once, then approved: two waits of the same checkpoint.
     execution_id = await rejected_then_approved(user_id, task_name="Two reviews").write(db)
-    with live_server(settings, run_worker=False) as base:
+    own, port = at_own_address(settings)
+    with live_server(own, run_worker=False, port=port) as base:
         context = await chromium.new_context(base_url=base)
         page = await context.new_page()
         problems: list[str] = []

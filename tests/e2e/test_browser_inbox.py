@@ -16,7 +16,7 @@ from core.models import Checkpoint, Execution, MailMessage
 from core.settings import Settings
 from tests.conftest import make_account
 from tests.e2e.test_browser_keys import chromium  # noqa: F401  (the fixture)
-from tests.support.live import live_server
+from tests.support.live import at_own_address, live_server
 from tests.support.waiting import until
 
 REVIEWER = "inbox-reviewer@example.com"
@@ -51,7 +51,8 @@ async def test_the_inbox_refuses_a_bare_rejection_and_approves_an_edited_subject
     owner = await make_account(db, settings, "owner@example.com")
     async with db.transaction() as session:
         await create_user(session, REVIEWER, PASSWORD)
-    with live_server(settings, run_worker=True) as base:
+    own, port = at_own_address(settings)
+    with live_server(own, run_worker=True, port=port) as base:
         async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {owner.key}"}) as api:
             created = await api.post("/api/eval/create-task-agent", json=TASK)
             assert created.status_code == 201, created.text

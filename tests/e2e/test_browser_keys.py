@@ -18,7 +18,7 @@ from core.accounts import create_user
 from core.db import Database
 from core.models import utcnow
 from core.settings import Settings
-from tests.support.live import live_server
+from tests.support.live import at_own_address, live_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -55,7 +55,8 @@ async def api_create(base: str, key: str) -> httpx.Response:
 async def test_key_lifecycle_in_a_real_browser(settings: Settings, db: Database, chromium: Browser) -> None:
     async with db.transaction() as session:
         await create_user(session, EMAIL, PASSWORD)
-    with live_server(settings, run_worker=False) as base:
+    own, port = at_own_address(settings)
+    with live_server(own, run_worker=False, port=port) as base:
         context = await chromium.new_context(base_url=base)
         await context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
         page: Page = await context.new_page()
@@ -130,7 +131,8 @@ async def test_key_lifecycle_in_a_real_browser(settings: Settings, db: Database,
 async def test_pages_work_without_javascript(settings: Settings, db: Database, chromium: Browser) -> None:
     async with db.transaction() as session:
         await create_user(session, EMAIL, PASSWORD)
-    with live_server(settings, run_worker=False) as base:
+    own, port = at_own_address(settings)
+    with live_server(own, run_worker=False, port=port) as base:
         context = await chromium.new_context(base_url=base, java_script_enabled=False)
         page = await context.new_page()
         await page.goto("/signin")
@@ -166,7 +168,8 @@ async def test_reloading_the_new_key_page_makes_no_second_key_and_shows_the_secr
 ) -> None:
     async with db.transaction() as session:
         await create_user(session, EMAIL, PASSWORD)
-    with live_server(settings, run_worker=False) as base:
+    own, port = at_own_address(settings)
+    with live_server(own, run_worker=False, port=port) as base:
         context = await chromium.new_context(base_url=base)
         page = await context.new_page()
         posts: list[str] = []

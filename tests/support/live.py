@@ -12,6 +12,7 @@ import uvicorn
 
 from api.app import create_asgi_app
 from core.settings import Settings
+from tests.support.ports import free_port
 
 
 @contextmanager
@@ -47,3 +48,10 @@ def live_server(settings: Settings, *, run_worker: bool, port: int = 0) -> Itera
         sock.close()
         if failure:
             raise failure[0]
+
+
+def at_own_address(settings: Settings) -> tuple[Settings, int]:
+    """Settings whose public address is the live server's own (pass the port to `live_server`), so that its pages'
+    sockets pass the same-origin check and its links lead back to it, as on a real deployment."""
+    port = free_port()
+    return settings.with_changes(base_url=f"http://127.0.0.1:{port}"), port
