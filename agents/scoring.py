@@ -22,7 +22,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from agents.judge import judge
 from agents.providers import ModelRegistry
 from core.db import Database
 from core.models import Execution, utcnow
@@ -88,6 +87,9 @@ async def score_execution(
             judge_model = (
                 settings.agent_model if claimed.agent_model in ("offline", "external") else claimed.agent_model
             )
+            # pydantic_ai loads only once a judge runs (tests/cli/test_imports.py).
+            from agents.judge import judge
+
             scores.append(await judge(models, judge_model, scorer, claimed.task_description, output, claimed.expected))
         else:
             human = scorer

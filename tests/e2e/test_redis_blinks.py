@@ -39,8 +39,8 @@ from tests.support.redis_clients import REDIS_URL, kill, named_url, subscribed
 from tests.support.waiting import until
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
-# The worker's loops that subscribe: its wake-ups, the mail dispatcher and the webhook sender.
-WORKER_SUBSCRIPTIONS = 3
+# The worker's loops that subscribe: its wake-ups, the mail dispatcher, the webhook sender and the scorer.
+WORKER_SUBSCRIPTIONS = 4
 WORKER_LOOPS = ("the worker's wake-ups", "the mail dispatcher", "the webhook sender")
 # Far longer than any wait below: what happens in time was woken by the bus.
 SLOW_POLL = 600.0
