@@ -26,7 +26,7 @@ from core.db import Database
 from core.errors import ExecutionFailed, FailureCode, failure
 from core.events import append_event
 from core.logs import execution_context
-from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
+from core.models import DECISIONS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel, EventType
 from review import decide
@@ -45,6 +45,19 @@ _FENCE = (
     sa.update(EXECUTIONS)
     .where(EXECUTIONS.c.id == sa.bindparam("execution_id"), *CLAIM_HOLDS)
     .values(lease_until=sa.bindparam("renewed_until"))
+)
+
+
+# The fence of a claim's first transaction, handing back what the runner needs to go on.
+_FENCE_AND_READ = _FENCE.returning(
+    EXECUTIONS.c.agent_state,
+    EXECUTIONS.c.test_mode,
+    EXECUTIONS.c.auto_detect_checkpoints,
+    # Rejections the agent may not have taken in yet (OfflineDriver.take_rejections reads them only if any).
+    sa.select(sa.func.count())
+    .where(DECISIONS.c.execution_id == EXECUTIONS.c.id, DECISIONS.c.decision == "reject")
+    .scalar_subquery()
+    .label("rejections"),
 )
 
 
@@ -136,23 +149,26 @@ class ExecutionRunner:
 
     async def _drive(self) -> None:
         async with self.db.transaction() as session:
-            await self.fence(session)
-            execution = await session.get_one(Execution, self.execution_id)
-            checkpoints = await self.checkpoints(session)
-            if execution.agent_state is None:
-                state = self._initial_state(execution, checkpoints)
+            # Re-entry after a claim is one statement where it can be: the fence hands back what the agent
+            # needs to go on (its state, the run's mode, whether it was sent back), no ORM row loaded.
+            entry = (await session.execute(_FENCE_AND_READ, self.fenced())).first()
+            if entry is None:
+                raise LeaseLost(self.execution_id)
+            if entry.agent_state is None:
+                execution = await session.get_one(Execution, self.execution_id)
+                state = self._initial_state(execution, await self.checkpoints(session))
                 execution.agent_state = state
                 if state["agent"] == offline.MODEL_NAME:
                     await append_event(
                         session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
                     )
             else:
-                state = dict(execution.agent_state)
-                if state["agent"] == offline.MODEL_NAME:
+                state = dict(entry.agent_state)
+                if state["agent"] == offline.MODEL_NAME and entry.rejections:
                     await OfflineDriver.take_rejections(self, session, state)
             mode = RunMode(
-                without_verification=execution.test_mode == "without-verification",
-                gate_actions=execution.auto_detect_checkpoints,
+                without_verification=entry.test_mode == "without-verification",
+                gate_actions=entry.auto_detect_checkpoints,
             )
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:

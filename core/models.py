@@ -174,6 +174,9 @@ class Decision(Base):
     edited_args: Mapped[dict[str, Any] | None] = mapped_column()
 
 
+DECISIONS = cast(sa.Table, Decision.__table__)
+
+
 class Event(Base):
     __tablename__ = "events"
     __table_args__ = (sa.UniqueConstraint("execution_id", "seq"),)
