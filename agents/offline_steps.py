@@ -100,8 +100,7 @@ class OfflineDriver:
                     self._caller_pending = [p for p in self._caller_pending if p[0] != due.id]
                 return passed
             if cursor >= len(plan):
-                await runner.fence(session)
-                await runner.complete(session, await self._result(session, state))
+                await runner.complete(session, await self._result(session, state))  # fenced by its own statement
                 return False
             step = plan[cursor]
             # Only the first step of a claim can find its call begun by a worker that died.

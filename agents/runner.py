@@ -24,7 +24,8 @@ from agents.policy import RunMode
 from agents.providers import ModelRegistry
 from core.db import Database
 from core.errors import ExecutionFailed, FailureCode, failure
-from core.events import append_event
+from core.event_payloads import ExecutionCompleted
+from core.events import append_event, append_events, seq_allocation
 from core.logs import execution_context
 from core.models import DECISIONS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
@@ -58,6 +59,17 @@ _FENCE_AND_READ = _FENCE.returning(
     .where(DECISIONS.c.execution_id == EXECUTIONS.c.id, DECISIONS.c.decision == "reject")
     .scalar_subquery()
     .label("rejections"),
+)
+
+
+# The claim's fence, the execution completed and the seqs of its last events: one statement.
+_FENCED_COMPLETION = seq_allocation(
+    *CLAIM_HOLDS,
+    status="completed",
+    completed_at=sa.bindparam("done_at"),
+    result=sa.bindparam("done_result"),
+    worker_id=None,
+    lease_until=None,
 )
 
 
@@ -278,16 +290,17 @@ class ExecutionRunner:
         await pause_for_review(session, self.settings, self.execution_id, checkpoint, next_action, guards)
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
-        now = utcnow()
-        await session.execute(
-            sa.update(Execution)
-            .where(Execution.id == self.execution_id)
-            .values(status="completed", completed_at=now, result=result, worker_id=None, lease_until=None)
+        """The execution completed and its last events, in one statement fenced by the claim (LeaseLost if not)."""
+        completed: ExecutionCompleted = {"status": "completed", "result": result}
+        added = await append_events(
+            session,
+            self.execution_id,
+            [(EventType.AGENT_MESSAGE, {"text": result["summary"]}), (EventType.EXECUTION_COMPLETED, completed)],
+            allocation=_FENCED_COMPLETION,
+            parameters={**self.fenced(), "done_at": utcnow(), "done_result": result},
         )
-        await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": result["summary"]})
-        await append_event(
-            session, self.execution_id, EventType.EXECUTION_COMPLETED, {"status": "completed", "result": result}
-        )
+        if added is None:
+            raise LeaseLost(self.execution_id)
 
     async def _fail(self, exc: Exception) -> None:
         error = failure_of(exc)
