@@ -27,7 +27,7 @@ from core.errors import ExecutionFailed, FailureCode, failure
 from core.event_payloads import ExecutionCompleted
 from core.events import append_event, append_events, seq_allocation
 from core.logs import execution_context
-from core.models import DECISIONS, EXECUTIONS, Checkpoint, Execution, utcnow
+from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel, EventType
 from review import decide
@@ -55,10 +55,12 @@ _FENCE_AND_READ = _FENCE.returning(
     EXECUTIONS.c.test_mode,
     EXECUTIONS.c.auto_detect_checkpoints,
     # Rejections the agent may not have taken in yet (OfflineDriver.take_rejections reads them only if any).
-    sa.select(sa.func.count())
-    .where(DECISIONS.c.execution_id == EXECUTIONS.c.id, DECISIONS.c.decision == "reject")
-    .scalar_subquery()
-    .label("rejections"),
+    # Written out: SQLite's RETURNING names columns unqualified, which inside a subquery would mean decisions'.
+    sa.literal_column(
+        "(SELECT count(*) FROM decisions WHERE decisions.execution_id = executions.id"
+        " AND decisions.decision = 'reject')",
+        sa.Integer(),
+    ).label("rejections"),
 )
 
 
