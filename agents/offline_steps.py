@@ -139,6 +139,10 @@ class OfflineDriver:
                         session, unknown, self._action(step, call), self.mode, offline.guards(state, cursor)
                     )
             self._began_here = True  # from here on this claim makes every call it meets
+            if not TOOLS[call.tool].performs_outside:
+                # Nothing done outside the database: the call runs and is recorded in this transaction.
+                await tool_calls.run_begun_in_place(runner, session, state, call, self._advanced(state, cursor))
+                return True
             await tool_calls.start_call(session, call)
 
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))

@@ -192,36 +192,68 @@ async def run_call(
     """Perform a started call and record its result with the agent's progress (`after` updates the state) in one
     transaction. Returns what the agent is told (see `_answer`)."""
     tool = TOOLS[call.tool]
-    started = call.started_at
     began = time.perf_counter()
     error: str | None = None
     outcome: Any = None
     try:
-        outcome = await tool.perform(runner.settings, call.args, started)
+        outcome = await tool.perform(runner.settings, call.args, call.started_at)
     except ToolFailed as exc:
         error = str(exc)
     async with runner.db.transaction() as session:
-        result: dict[str, Any] | None = None
-        if error is None:
-            ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, started)
-            result, error = await _record(tool, ctx, call.args, outcome)
-        elapsed = time.perf_counter() - began
-        finished = {"status": "failed" if error else "succeeded", "result": result, "error": error}
-        await session.execute(_CALL_FINISHED, {"call_id": call.id, **finished, "finished_at": utcnow()})
-        answer = {**_answer(result, error), **_edit_note(call)}
-        after(answer)
-        runner.spend(state, seconds=elapsed)
-        # The claim's fence, the lease's renewal, the progress saved and the result's seq: one statement, as in
-        # `run_in_place`. A claim lost meanwhile adds nothing, and the transaction (the record too) rolls back.
-        added = await append_events(
-            session,
-            runner.execution_id,
-            [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))],
-            allocation=_FENCED_STEP,
-            parameters={**runner.fenced(), "saved_state": dict(state)},
-        )
-        if added is None:
-            raise LeaseLost(runner.execution_id)
+        return await _finish(runner, session, state, call, (outcome, error, began), after)
+
+
+async def run_begun_in_place(
+    runner: ExecutionRunner,
+    session: AsyncSession,
+    state: dict[str, Any],
+    call: ToolCall,
+    after: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """A call already on record (opened at its checkpoint, which let it through now) of a tool that works only in
+    our database: performed and recorded in the caller's transaction, the one that let it through, as
+    `run_in_place` does a fresh call. No "started" state in between: its effect and result commit together."""
+    began = time.perf_counter()
+    error: str | None = None
+    outcome: Any = None
+    try:
+        outcome = await TOOLS[call.tool].perform(runner.settings, call.args, call.started_at)
+    except ToolFailed as exc:
+        error = str(exc)
+    return await _finish(runner, session, state, call, (outcome, error, began), after)
+
+
+async def _finish(
+    runner: ExecutionRunner,
+    session: AsyncSession,
+    state: dict[str, Any],
+    call: ToolCall,
+    performed: tuple[Any, str | None, float],
+    after: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Record a performed call, its row finished, with the agent's progress and the result's event."""
+    outcome, error, began = performed
+    result: dict[str, Any] | None = None
+    if error is None:
+        ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, call.started_at)
+        result, error = await _record(TOOLS[call.tool], ctx, call.args, outcome)
+    elapsed = time.perf_counter() - began
+    finished = {"status": "failed" if error else "succeeded", "result": result, "error": error}
+    await session.execute(_CALL_FINISHED, {"call_id": call.id, **finished, "finished_at": utcnow()})
+    answer = {**_answer(result, error), **_edit_note(call)}
+    after(answer)
+    runner.spend(state, seconds=elapsed)
+    # The claim's fence, the lease's renewal, the progress saved and the result's seq: one statement, as in
+    # `run_in_place`. A claim lost meanwhile adds nothing, and the transaction (the record too) rolls back.
+    added = await append_events(
+        session,
+        runner.execution_id,
+        [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))],
+        allocation=_FENCED_STEP,
+        parameters={**runner.fenced(), "saved_state": dict(state)},
+    )
+    if added is None:
+        raise LeaseLost(runner.execution_id)
     return answer
 
 
