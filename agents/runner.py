@@ -22,7 +22,7 @@ from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
 from agents.providers import ModelRegistry
-from core.db import Database
+from core.db import Database, commits_alone
 from core.errors import ExecutionFailed, FailureCode, failure
 from core.event_payloads import ExecutionCompleted
 from core.events import append_event, append_events, seq_allocation
@@ -164,26 +164,25 @@ class ExecutionRunner:
     async def _drive(self) -> None:
         async with self.db.transaction() as session:
             # Re-entry after a claim is one statement where it can be: the fence hands back what the agent
-            # needs to go on (its state, the run's mode, whether it was sent back), no ORM row loaded.
+            # needs to go on (its state, the run's mode, whether it was sent back), no ORM row loaded. After a
+            # first claim (a resume) that statement is usually all: on PostgreSQL it then commits by itself.
+            alone = self.claim.epoch > 1 and await commits_alone(session)
             entry = (await session.execute(_FENCE_AND_READ, self.fenced())).first()
             if entry is None:
                 raise LeaseLost(self.execution_id)
-            if entry.agent_state is None:
-                execution = await session.get_one(Execution, self.execution_id)
-                state = self._initial_state(execution, await self.checkpoints(session))
-                execution.agent_state = state
-                if state["agent"] == offline.MODEL_NAME:
-                    await append_event(
-                        session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
-                    )
-            else:
-                state = dict(entry.agent_state)
-                if state["agent"] == offline.MODEL_NAME and entry.rejections:
-                    await OfflineDriver.take_rejections(self, session, state)
             mode = RunMode(
                 without_verification=entry.test_mode == "without-verification",
                 gate_actions=entry.auto_detect_checkpoints,
             )
+            state = None if entry.agent_state is None else dict(entry.agent_state)
+            more = state is None or (state["agent"] == offline.MODEL_NAME and entry.rejections > 0)
+            if more and not alone:
+                state = await self._enter(session, state)
+        if more and alone:
+            async with self.db.transaction() as session:
+                await self.fence(session)
+                state = await self._enter(session, state)
+        assert state is not None
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:
             driver = OfflineDriver(self, mode)
@@ -197,6 +196,21 @@ class ExecutionRunner:
             self.enforce_budget(state)
             if not await driver.advance(state):
                 break
+
+    async def _enter(self, session: AsyncSession, state: dict[str, Any] | None) -> dict[str, Any]:
+        """The agent's state at the start of a claim, written where it changes: made at the first, or with the
+        rejections the agent has not taken in yet (the offline agent; a model reads them in its history)."""
+        if state is None:
+            execution = await session.get_one(Execution, self.execution_id)
+            state = self._initial_state(execution, await self.checkpoints(session))
+            execution.agent_state = state
+            if state["agent"] == offline.MODEL_NAME:
+                await append_event(
+                    session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
+                )
+        else:
+            await OfflineDriver.take_rejections(self, session, state)
+        return state
 
     def _budget(self) -> dict[str, Any]:
         return {
