@@ -119,7 +119,8 @@ async def test_an_approval_as_proposed_and_a_restarted_agent_gets_it_again_witho
         reviewer.finish()
     # The agent's process restarts and answers the same requests again: the decision made, no new checkpoint.
     async with AsyncClient(vouch.base, vouch.owner.key) as restarted:
-        again = await answer_approvals(restarted.attach(run.execution_id), first.output)
+        async with asyncio.timeout(30):  # a second checkpoint would wait for a reviewer who is gone
+            again = await answer_approvals(restarted.attach(run.execution_id), first.output)
         assert again.approvals == answers.approvals
         second = await mail.agent.run(message_history=first.all_messages(), deferred_tool_results=again)
         assert mail.sent == [PROPOSED]
