@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from core.db import Database
 from core.model_profiles import EXTERNAL, OFFLINE, PROVIDERS
 from core.models import Event, Execution, TraceExport, utcnow
+from core.outbox_claims import claim_next_due
 from core.settings import Settings
 from core.trace_outbox import RUN_UNIT, TRACE_CHANNEL
 from core.trace_spans import RunFacts, SpanBuilder, service_resource
@@ -59,24 +60,7 @@ def provider_and_model(settings: Settings, agent_model: str) -> tuple[str | None
 async def claim_due(db: Database, now: datetime) -> TraceExport | None:
     async with db.transaction() as session:
         await db.backend.begin_writing(session)
-        due = (
-            sa.select(TraceExport.id)
-            .where(
-                TraceExport.status == "pending",
-                TraceExport.next_attempt_at <= now,
-                sa.or_(TraceExport.locked_until.is_(None), TraceExport.locked_until < now),
-            )
-            .order_by(TraceExport.next_attempt_at)
-            .limit(1)
-        )
-        claimed: TraceExport | None = await session.scalar(
-            sa.update(TraceExport)
-            .where(TraceExport.id == db.backend.skip_locked(due).scalar_subquery())
-            .values(attempts=TraceExport.attempts + 1, locked_until=now + LEASE)
-            .returning(TraceExport),
-            execution_options={"synchronize_session": False},
-        )
-        return claimed
+        return await claim_next_due(session, db.backend, TraceExport, now, LEASE)
 
 
 async def spans_of(db: Database, settings: Settings, builder: SpanBuilder, row: TraceExport) -> list[ReadableSpan]:

@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from core.db import Database
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.outbound import OutboundRefused, guarded_client, webhook_policy
+from core.outbox_claims import claim_next_due
 from core.settings import Settings
 from core.wakeups import Wakeups
 from core.webhook_secrets import sign, signing_secrets
@@ -104,24 +105,7 @@ async def claim_due(db: Database, clock: Clock, lease: timedelta) -> WebhookDeli
         # Beginning may have waited for another writer: read the clock once it has.
         await db.backend.begin_writing(session)
         now = clock()
-        due = (
-            sa.select(WebhookDelivery.id)
-            .where(
-                WebhookDelivery.status == "pending",
-                WebhookDelivery.next_attempt_at <= now,
-                sa.or_(WebhookDelivery.locked_until.is_(None), WebhookDelivery.locked_until < now),
-            )
-            .order_by(WebhookDelivery.next_attempt_at)
-            .limit(1)
-        )
-        claimed: WebhookDelivery | None = await session.scalar(
-            sa.update(WebhookDelivery)
-            .where(WebhookDelivery.id == db.backend.skip_locked(due).scalar_subquery())
-            .values(attempts=WebhookDelivery.attempts + 1, locked_until=now + lease)
-            .returning(WebhookDelivery),
-            execution_options={"synchronize_session": False},
-        )
-        return claimed
+        return await claim_next_due(session, db.backend, WebhookDelivery, now, lease)
 
 
 async def _excerpt(response: httpx.Response) -> str:
