@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.policy import SideEffect
 from core.ids import new_id
-from core.models import Checkpoint, Decision
+from core.models import CHECKPOINTS, Checkpoint, Decision
 
 
 @dataclass(frozen=True)
@@ -110,15 +110,35 @@ async def unknown_outcome_gate(
 UNKNOWN_OUTCOME_STAGE = "Outcome unknown after a crash"
 
 
+# Built once (the runner's every claim meets them): Core statements on the table, no ORM row unless one is found.
+_FIRST_UNREVIEWED = (
+    sa.select(CHECKPOINTS.c.id)
+    .where(CHECKPOINTS.c.execution_id == sa.bindparam("execution_id"), CHECKPOINTS.c.status == "pending")
+    .order_by(CHECKPOINTS.c.position)
+    .limit(1)
+)
+_PENDING_CALLER = (
+    sa.select(CHECKPOINTS.c.id, CHECKPOINTS.c.position)
+    .where(
+        CHECKPOINTS.c.execution_id == sa.bindparam("execution_id"),
+        CHECKPOINTS.c.status == "pending",
+        CHECKPOINTS.c.origin == "caller",
+    )
+    .order_by(CHECKPOINTS.c.position)
+)
+
+
 async def unreviewed(session: AsyncSession, execution_id: str) -> Checkpoint | None:
     """The first checkpoint still waiting to be passed: reviewed before the execution may complete,
     whether or not the agent asked for it."""
-    return await session.scalar(
-        sa.select(Checkpoint)
-        .where(Checkpoint.execution_id == execution_id, Checkpoint.status == "pending")
-        .order_by(Checkpoint.position)
-        .limit(1)
-    )
+    found = await session.scalar(_FIRST_UNREVIEWED, {"execution_id": execution_id})
+    return None if found is None else await session.get_one(Checkpoint, found)
+
+
+async def pending_caller_positions(session: AsyncSession, execution_id: str) -> list[tuple[str, int]]:
+    """(id, position) of the caller's checkpoints not passed yet, in the order the agent meets them."""
+    rows = await session.execute(_PENDING_CALLER, {"execution_id": execution_id})
+    return [(checkpoint_id, position) for checkpoint_id, position in rows]
 
 
 async def pending_caller_checkpoints(session: AsyncSession, execution_id: str) -> list[Checkpoint]:

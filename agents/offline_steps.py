@@ -9,14 +9,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline, tool_calls
-from agents.gates import pending_caller_checkpoints, unknown_outcome_gate, unreviewed
+from agents.gates import pending_caller_positions, unknown_outcome_gate, unreviewed
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
 from core.event_payloads import AgentMessage, TypedEvent
 from core.events import append_event
-from core.models import Checkpoint, ToolCall
+from core.models import TOOL_CALLS, Checkpoint, ToolCall
 from core.vocabulary import EventType
 
 if TYPE_CHECKING:
@@ -24,6 +24,16 @@ if TYPE_CHECKING:
     from agents.runner import ExecutionRunner
 
 FINISH_ACTION = {"tool": "finish", "args": {}, "instruction": "finish the task"}
+
+# Built once, as every statement of a step: the call opened for a step, if any; the calls that succeeded, in order.
+_CALL_OF_STEP = sa.select(TOOL_CALLS.c.id).where(
+    TOOL_CALLS.c.execution_id == sa.bindparam("execution_id"), TOOL_CALLS.c.step_index == sa.bindparam("step_index")
+)
+_SUCCEEDED_CALLS = (
+    sa.select(TOOL_CALLS.c.tool, TOOL_CALLS.c.result)
+    .where(TOOL_CALLS.c.execution_id == sa.bindparam("execution_id"), TOOL_CALLS.c.status == "succeeded")
+    .order_by(TOOL_CALLS.c.step_index)
+)
 
 
 class OfflineDriver:
@@ -67,16 +77,13 @@ class OfflineDriver:
                     self._caller_pending = [p for p in self._caller_pending if p[0] != due.id]
                 return passed
             if cursor >= len(plan):
-                await runner.fence(session)
-                await runner.complete(session, await self._result(session, state))
+                await runner.complete(session, await self._result(session, state))  # fenced by its own statement
                 return False
             step = plan[cursor]
             # Only the first step of a claim can find its call begun by a worker that died.
             call = None
             if not self._began_here:
-                call = await session.scalar(
-                    sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
-                )
+                call = await self._begun_call(session, cursor)
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
                 self._began_here = True
@@ -110,16 +117,24 @@ class OfflineDriver:
                         session, unknown, self._action(step, call), self.mode, offline.guards(state, cursor)
                     )
             self._began_here = True  # from here on this claim makes every call it meets
+            if not TOOLS[call.tool].performs_outside:
+                # Nothing done outside the database: the call runs and is recorded in this transaction.
+                await tool_calls.run_begun_in_place(runner, session, state, call, self._advanced(state, cursor))
+                return True
             await tool_calls.start_call(session, call)
 
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
         return True
 
+    async def _begun_call(self, session: AsyncSession, cursor: int) -> ToolCall | None:
+        """The step's call if one was opened (at its checkpoint, or by a worker that died): its row loaded only
+        when there is one, which a step after a plain approval does not have."""
+        found = await session.scalar(_CALL_OF_STEP, {"execution_id": self.execution_id, "step_index": cursor})
+        return None if found is None else await session.get_one(ToolCall, found)
+
     async def _open(self, session: AsyncSession, cursor: int, step: dict[str, Any]) -> ToolCall:
         """The step's call, its intent on record (made once: a call opened at its checkpoint is found again)."""
-        found = await session.scalar(
-            sa.select(ToolCall).where(ToolCall.execution_id == self.execution_id, ToolCall.step_index == cursor)
-        )
+        found = await self._begun_call(session, cursor)
         if found is not None:
             return found
         await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.step_message(step)})
@@ -154,18 +169,12 @@ class OfflineDriver:
             return await unreviewed(session, self.execution_id)
         # Read once a claim: while the execution runs, only this driver passes caller checkpoints.
         if self._caller_pending is None:
-            self._caller_pending = [
-                (cp.id, cp.position) for cp in await pending_caller_checkpoints(session, self.execution_id)
-            ]
+            self._caller_pending = await pending_caller_positions(session, self.execution_id)
         # Checkpoints are bound to steps by what they name (agents/offline_plan.py), so a later position may
         # guard an earlier step: the due one is any whose step has come, the first by position.
         due = next((cp for cp, at in self._caller_pending if at < len(gates) and gates[at] <= cursor), None)
         return None if due is None else await session.get_one(Checkpoint, due)
 
     async def _result(self, session: AsyncSession, state: dict[str, Any]) -> dict[str, Any]:
-        calls = await session.scalars(
-            sa.select(ToolCall)
-            .where(ToolCall.execution_id == self.execution_id, ToolCall.status == "succeeded")
-            .order_by(ToolCall.step_index)
-        )
-        return offline.final_result(state, [(c.tool, c.result or {}) for c in calls])
+        calls = await session.execute(_SUCCEEDED_CALLS, {"execution_id": self.execution_id})
+        return offline.final_result(state, [(tool, result or {}) for tool, result in calls])

@@ -22,9 +22,10 @@ from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
 from agents.providers import ModelRegistry
-from core.db import Database
+from core.db import Database, commits_alone
 from core.errors import ExecutionFailed, FailureCode, failure
-from core.events import append_event
+from core.event_payloads import AgentMessage, ExecutionCompleted
+from core.events import append_event, append_events, seq_allocation
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
@@ -45,6 +46,25 @@ _FENCE = (
     sa.update(EXECUTIONS)
     .where(EXECUTIONS.c.id == sa.bindparam("execution_id"), *CLAIM_HOLDS)
     .values(lease_until=sa.bindparam("renewed_until"))
+)
+
+
+# The fence of a claim's first transaction, handing back what the runner needs to go on.
+_FENCE_AND_READ = _FENCE.returning(
+    EXECUTIONS.c.agent_state,
+    EXECUTIONS.c.test_mode,
+    EXECUTIONS.c.auto_detect_checkpoints,
+)
+
+
+# The claim's fence, the execution completed and the seqs of its last events: one statement.
+_FENCED_COMPLETION = seq_allocation(
+    *CLAIM_HOLDS,
+    status="completed",
+    completed_at=sa.bindparam("done_at"),
+    result=sa.bindparam("done_result"),
+    worker_id=None,
+    lease_until=None,
 )
 
 
@@ -136,22 +156,25 @@ class ExecutionRunner:
 
     async def _drive(self) -> None:
         async with self.db.transaction() as session:
-            await self.fence(session)
-            execution = await session.get_one(Execution, self.execution_id)
-            checkpoints = await self.checkpoints(session)
-            if execution.agent_state is None:
-                state = self._initial_state(execution, checkpoints)
-                execution.agent_state = state
-                if state["agent"] == offline.MODEL_NAME:
-                    await append_event(
-                        session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
-                    )
-            else:
-                state = dict(execution.agent_state)
+            # Re-entry after a claim is one statement where it can be: the fence hands back what the agent
+            # needs to go on (its state, the run's mode), no ORM row loaded. After a
+            # first claim (a resume) that statement is usually all: on PostgreSQL it then commits by itself.
+            alone = self.claim.epoch > 1 and await commits_alone(session)
+            entry = (await session.execute(_FENCE_AND_READ, self.fenced())).first()
+            if entry is None:
+                raise LeaseLost(self.execution_id)
             mode = RunMode(
-                without_verification=execution.test_mode == "without-verification",
-                gate_actions=execution.auto_detect_checkpoints,
+                without_verification=entry.test_mode == "without-verification",
+                gate_actions=entry.auto_detect_checkpoints,
             )
+            state = None if entry.agent_state is None else dict(entry.agent_state)
+            if state is None and not alone:
+                state = await self._enter(session)
+        if state is None:
+            # The rare claim that must write at entry (its state never made) when the fence committed alone.
+            async with self.db.transaction() as session:
+                await self.fence(session)
+                state = await self._enter(session)
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:
             driver = OfflineDriver(self, mode)
@@ -165,6 +188,17 @@ class ExecutionRunner:
             self.enforce_budget(state)
             if not await driver.advance(state):
                 break
+
+    async def _enter(self, session: AsyncSession) -> dict[str, Any]:
+        """The agent's state at the start of its first claim, made and written."""
+        execution = await session.get_one(Execution, self.execution_id)
+        state = self._initial_state(execution, await self.checkpoints(session))
+        execution.agent_state = state
+        if state["agent"] == offline.MODEL_NAME:
+            await append_event(
+                session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
+            )
+        return state
 
     def _budget(self) -> dict[str, Any]:
         return {
@@ -260,19 +294,21 @@ class ExecutionRunner:
         await pause_for_review(session, self.settings, self.execution_id, checkpoint, next_action, guards)
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
+        """The execution completed and its last events, in one statement fenced by the claim (LeaseLost if not)."""
         # `output` is the agent's final answer (issue 23), what scorers judge: the model's finish text, the
         # rule-based agent's summary.
         result = {**result, "output": result.get("output", result["summary"])}
-        now = utcnow()
-        await session.execute(
-            sa.update(Execution)
-            .where(Execution.id == self.execution_id)
-            .values(status="completed", completed_at=now, result=result, worker_id=None, lease_until=None)
+        said: AgentMessage = {"text": result["summary"]}
+        completed: ExecutionCompleted = {"status": "completed", "result": result}
+        added = await append_events(
+            session,
+            self.execution_id,
+            [(EventType.AGENT_MESSAGE, said), (EventType.EXECUTION_COMPLETED, completed)],
+            allocation=_FENCED_COMPLETION,
+            parameters={**self.fenced(), "done_at": utcnow(), "done_result": result},
         )
-        await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": result["summary"]})
-        await append_event(
-            session, self.execution_id, EventType.EXECUTION_COMPLETED, {"status": "completed", "result": result}
-        )
+        if added is None:
+            raise LeaseLost(self.execution_id)
 
     async def _fail(self, exc: Exception) -> None:
         error = failure_of(exc)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
 
 from agents.claims import CLAIM_HOLDS, LeaseLost
 from agents.gates import gate_for_call
@@ -23,7 +24,7 @@ from core.db import commits_alone
 from core.event_payloads import ToolCallPayload, ToolResult, TypedEvent
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
-from core.models import TOOL_CALLS, Checkpoint, Decision, ToolCall, utcnow
+from core.models import CHECKPOINTS, DECISIONS, TOOL_CALLS, Checkpoint, ToolCall, utcnow
 from core.vocabulary import Channel, EventType
 from review import decide
 
@@ -35,6 +36,35 @@ if TYPE_CHECKING:
 # A step's seqs, its claim's fence, the lease's renewal and the agent's progress: one statement.
 _FENCED_STEP = seq_allocation(
     *CLAIM_HOLDS, lease_until=sa.bindparam("renewed_until"), agent_state=sa.bindparam("saved_state")
+)
+
+
+# Built once: a call's progress on its row, and the latest approval's edits of its arguments.
+_CALL_STARTED = sa.update(TOOL_CALLS).where(TOOL_CALLS.c.id == sa.bindparam("call_id")).values(status="started")
+_CALL_FINISHED = (
+    sa.update(TOOL_CALLS)
+    .where(TOOL_CALLS.c.id == sa.bindparam("call_id"))
+    .values(
+        status=sa.bindparam("status"),
+        # A failed call's result stays SQL NULL, as the ORM wrote it (not JSON null).
+        result=sa.bindparam("result", type_=sa.JSON(none_as_null=True)),
+        error=sa.bindparam("error"),
+        finished_at=sa.bindparam("finished_at"),
+    )
+)
+_EDITS_APPROVED = (
+    sa.select(DECISIONS.c.edited_args)
+    .join(
+        CHECKPOINTS,
+        sa.and_(CHECKPOINTS.c.id == DECISIONS.c.checkpoint_id, CHECKPOINTS.c.attempt == DECISIONS.c.attempt),
+    )
+    .where(
+        CHECKPOINTS.c.tool_call_id == sa.bindparam("tool_call_id"),
+        DECISIONS.c.decision == "approve",
+        DECISIONS.c.edited_args.is_not(None),
+    )
+    .order_by(DECISIONS.c.decided_at.desc())
+    .limit(1)
 )
 
 
@@ -129,13 +159,7 @@ async def take_edits(session: AsyncSession, call: ToolCall) -> None:
     call runs with them, and keeps the agent's own in `proposed_args`. Once: a call already edited is left."""
     if call.proposed_args is not None:
         return
-    edited = await session.scalar(
-        sa.select(Decision.edited_args)
-        .join(Checkpoint, sa.and_(Checkpoint.id == Decision.checkpoint_id, Checkpoint.attempt == Decision.attempt))
-        .where(Checkpoint.tool_call_id == call.id, Decision.decision == "approve", Decision.edited_args.is_not(None))
-        .order_by(Decision.decided_at.desc())
-        .limit(1)
-    )
+    edited = await session.scalar(_EDITS_APPROVED, {"tool_call_id": call.id})
     if edited:
         call.proposed_args = dict(call.args)
         call.args = {**call.args, **edited}
@@ -157,8 +181,9 @@ def _edit_note(call: ToolCall) -> dict[str, Any]:
 async def start_call(session: AsyncSession, call: ToolCall) -> None:
     """Mark the call started in the transaction that let it through: its intent is on record before it acts,
     so a worker that finds it started, without a result, knows the outcome is unknown."""
-    call.status = "started"
-    await session.flush()
+    await session.execute(_CALL_STARTED, {"call_id": call.id})
+    # The row says so now: the object is told without being marked changed (no flush of it to follow).
+    set_committed_value(call, "status", "started")
 
 
 async def run_call(
@@ -167,36 +192,68 @@ async def run_call(
     """Perform a started call and record its result with the agent's progress (`after` updates the state) in one
     transaction. Returns what the agent is told (see `_answer`)."""
     tool = TOOLS[call.tool]
-    started = call.started_at
     began = time.perf_counter()
     error: str | None = None
     outcome: Any = None
     try:
-        outcome = await tool.perform(runner.settings, call.args, started)
+        outcome = await tool.perform(runner.settings, call.args, call.started_at)
     except ToolFailed as exc:
         error = str(exc)
     async with runner.db.transaction() as session:
-        await runner.fence(session)
-        result: dict[str, Any] | None = None
-        if error is None:
-            ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, started)
-            result, error = await _record(tool, ctx, call.args, outcome)
-        elapsed = time.perf_counter() - began
-        await session.execute(
-            sa.update(ToolCall)
-            .where(ToolCall.id == call.id)
-            .values(status="failed" if error else "succeeded", result=result, error=error, finished_at=utcnow())
-        )
-        answer = {**_answer(result, error), **_edit_note(call)}
-        after(answer)
-        runner.spend(state, seconds=elapsed)
-        await runner.save(session, state)
-        await append_event(
-            session,
-            runner.execution_id,
-            EventType.TOOL_RESULT,
-            _result_event(call.id, call.tool, result, error, elapsed),
-        )
+        return await _finish(runner, session, state, call, (outcome, error, began), after)
+
+
+async def run_begun_in_place(
+    runner: ExecutionRunner,
+    session: AsyncSession,
+    state: dict[str, Any],
+    call: ToolCall,
+    after: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """A call already on record (opened at its checkpoint, which let it through now) of a tool that works only in
+    our database: performed and recorded in the caller's transaction, the one that let it through, as
+    `run_in_place` does a fresh call. No "started" state in between: its effect and result commit together."""
+    began = time.perf_counter()
+    error: str | None = None
+    outcome: Any = None
+    try:
+        outcome = await TOOLS[call.tool].perform(runner.settings, call.args, call.started_at)
+    except ToolFailed as exc:
+        error = str(exc)
+    return await _finish(runner, session, state, call, (outcome, error, began), after)
+
+
+async def _finish(
+    runner: ExecutionRunner,
+    session: AsyncSession,
+    state: dict[str, Any],
+    call: ToolCall,
+    performed: tuple[Any, str | None, float],
+    after: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Record a performed call, its row finished, with the agent's progress and the result's event."""
+    outcome, error, began = performed
+    result: dict[str, Any] | None = None
+    if error is None:
+        ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, call.started_at)
+        result, error = await _record(TOOLS[call.tool], ctx, call.args, outcome)
+    elapsed = time.perf_counter() - began
+    finished = {"status": "failed" if error else "succeeded", "result": result, "error": error}
+    await session.execute(_CALL_FINISHED, {"call_id": call.id, **finished, "finished_at": utcnow()})
+    answer = {**_answer(result, error), **_edit_note(call)}
+    after(answer)
+    runner.spend(state, seconds=elapsed)
+    # The claim's fence, the lease's renewal, the progress saved and the result's seq: one statement, as in
+    # `run_in_place`. A claim lost meanwhile adds nothing, and the transaction (the record too) rolls back.
+    added = await append_events(
+        session,
+        runner.execution_id,
+        [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))],
+        allocation=_FENCED_STEP,
+        parameters={**runner.fenced(), "saved_state": dict(state)},
+    )
+    if added is None:
+        raise LeaseLost(runner.execution_id)
     return answer
 
 

@@ -1,5 +1,8 @@
 """Run every benchmark: `.venv/bin/python -m bench [--quick] [--backends sqlite,postgresql] [--only NAME,…]`.
 
+`.venv/bin/python -m bench --peers [--quick] [--backends …] [--rounds N] [--parts approve,fanout]` runs them beside
+the peers of ../shared/peers, alternating, and prints each ratio (bench/peers.py).
+
 One stack per backend serves every figure in turn (the paused-executions figure last: it restarts the stack and
 leaves 100,000 executions behind). Each figure prints a `FIGURE <name> [<backend>] …` line; see bench/README.md.
 """
@@ -10,6 +13,7 @@ import argparse
 import asyncio
 import os
 import platform
+import sys
 import time
 from datetime import UTC, datetime
 
@@ -24,6 +28,7 @@ FIGURES: dict[str, Measure] = {
     "chat-fanout": chat_fanout.measure,
     "decision-long-poll": external.measure_long_poll,
     "external-events-chat": external.measure_events,
+    "chat-fanout-uncompressed": chat_fanout.measure_uncompressed,
     "paused-executions": paused.measure,
 }
 
@@ -39,6 +44,12 @@ def machine() -> str:
 
 
 def main() -> None:
+    if "--peers" in sys.argv[1:]:
+        # Beside the peers of ../shared/peers, alternating, with ratios (bench/peers.py).
+        from bench import peers
+
+        peers.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common_arguments(parser)
     parser.add_argument("--only", help=f"comma-separated figures, of: {', '.join(FIGURES)}")

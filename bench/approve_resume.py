@@ -8,12 +8,17 @@ is from the moment its POST was sent to the `created_at` of the first event the 
 decision (`execution.resumed` today): the worker has been woken, has claimed the execution and is running the
 agent again. Both moments are this machine's wall clock, taken in different processes. The decision POST's own
 answer time (the "acknowledge") is printed beside it.
+
+A second line, `approve-resumed-step`, times the same POSTs to the `created_at` of the resumed step's record: the
+first `tool.result` after the decision (the gated write_file step done), which is what the peers of
+`../shared/peers/` are timed to (`python -m bench --peers`), with the CPU each approval cost, all processes.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
@@ -38,11 +43,17 @@ async def checkpoints_of(st: Stack, ids: Sequence[str]) -> list[tuple[str, str]]
     return pairs
 
 
-async def approve_and_observe(
-    st: Stack, targets: Sequence[tuple[str, str]], rate: float
-) -> tuple[list[float], list[float], str]:
-    """Approve each (execution, checkpoint) open loop at `rate`/s: resume latencies and POST answer times in ms,
-    and a line on the CPU each approval cost."""
+@dataclass
+class Approvals:
+    resumed: list[float]  # POST sent -> the worker's first event after the decision, ms
+    step: list[float]  # POST sent -> the resumed step's record (the first tool.result after the decision), ms
+    answered: list[float]  # the decision POST's answer time, ms
+    cpu: str  # a line on the CPU each approval cost
+    cpu_total_ms: float  # CPU per approval, every process of the service together
+
+
+async def approve_and_observe(st: Stack, targets: Sequence[tuple[str, str]], rate: float) -> Approvals:
+    """Approve each (execution, checkpoint) open loop at `rate`/s and see each resume and its step."""
     sent: dict[str, float] = {}
     answered: list[float] = []
     failures: list[str] = []
@@ -72,12 +83,14 @@ async def approve_and_observe(
     events = await wait_for_event(st, ids, lambda _: 0)
     for execution_id in ids:
         decided_seq[execution_id] = max(s for s, t, *_ in events[execution_id] if t == "checkpoint.decided")
-    events = await wait_for_event(st, ids, after)
-    latencies = []
-    for execution_id in ids:
-        later = [(s, at) for s, _t, at, _p in events[execution_id] if s > decided_seq[execution_id]]
-        latencies.append((min(later)[1].timestamp() - sent[execution_id]) * 1000)
     await wait_for_status(st, ids, "completed")
+    events = await wait_for_event(st, ids, after)
+    latencies, steps = [], []
+    for execution_id in ids:
+        later = [(s, t, at) for s, t, at, _p in events[execution_id] if s > decided_seq[execution_id]]
+        latencies.append((min(later)[2].timestamp() - sent[execution_id]) * 1000)
+        step_at = min(at for _s, t, at in later if t == "tool.result")
+        steps.append((step_at.timestamp() - sent[execution_id]) * 1000)
     web, worker = (after - before for after, before in zip(st.cpu(), cpu_before, strict=True))
     if st.worker is None:
         cpu = f"CPU per approval (decision POST + the rest of the run), one process: {web / len(ids) * 1000:.1f} ms"
@@ -86,7 +99,8 @@ async def approve_and_observe(
             f"CPU per approval: web {web / len(ids) * 1000:.1f} ms (decision POST), "
             f"worker {worker / len(ids) * 1000:.1f} ms (resume and run to completion: 1 step)"
         )
-    return latencies, answered, cpu
+    total = web + (worker if st.worker is not None else 0)
+    return Approvals(latencies, steps, answered, cpu, total / len(ids) * 1000)
 
 
 async def measure(st: Stack, quick: bool) -> None:
@@ -94,17 +108,23 @@ async def measure(st: Stack, quick: bool) -> None:
     ids = await create_executions(st, count, PAUSING_TASK)
     await wait_for_status(st, ids, "awaiting_review")
     targets = await checkpoints_of(st, ids)
-    latencies, answered, cpu = await approve_and_observe(st, targets, rate)
+    seen = await approve_and_observe(st, targets, rate)
     goal = GOAL_MS[st.backend]
     figure(
         "approve-next-step",
         st.backend,
-        f"{spread(latencies)} | decision POST answered {spread(answered)} | open loop {rate:g}/s",
+        f"{spread(seen.resumed)} | decision POST answered {spread(seen.answered)} | open loop {rate:g}/s",
         f"p99 <= {goal:g} ms",
-        percentile(latencies, 0.99) <= goal,
+        percentile(seen.resumed, 0.99) <= goal,
     )
     note("latency: decision POST sent -> created_at of the worker's first event after the decision (execution.resumed)")
-    note(cpu)
+    note(seen.cpu)
+    figure(
+        "approve-resumed-step",
+        st.backend,
+        f"{spread(seen.step)} | CPU per approval, all processes {seen.cpu_total_ms:.1f} ms | open loop {rate:g}/s",
+    )
+    note("latency: decision POST sent -> created_at of the resumed step's record (its tool.result)")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ receipts are timed by the watchers; both on CLOCK_MONOTONIC, one clock for the m
 - paced: one event per commit at a steady rate (open loop) the server keeps up with; commit->receipt latency,
   the number that tells how fresh a watcher's page is.
 
+`chat-fanout-uncompressed` is the same with watchers that offer no compression (as Node's socket.io server
+refuses it by default): what the server's own fan-out costs, the figure set against Node's (`python -m bench
+--peers`).
+
 Writer, web process, Redis and watchers share this machine's cores: a floor for a web process with cores of its own.
 """
 
@@ -55,15 +59,16 @@ BATCH = 10
 class Watcher:
     """One websocket speaking Engine.IO 4 / Socket.IO 5 to the /chat namespace, noting when each event came."""
 
-    def __init__(self) -> None:
+    def __init__(self, compress: bool = True) -> None:
         self.receipts: list[tuple[int, float]] = []
+        self.compress = compress
 
     async def start(self, session: aiohttp.ClientSession, base: str, execution_id: str, token: str) -> None:
         url = base.replace("http", "ws", 1) + "/socket.io/?EIO=4&transport=websocket"
         # permessage-deflate offered as browsers offer it: the server then compresses every frame for every
         # watcher on its own (each connection keeps its own compression context), a cost per recipient that a
         # client offering nothing would leave out of the figure.
-        self.ws = await session.ws_connect(url, max_msg_size=0, compress=15)
+        self.ws = await session.ws_connect(url, max_msg_size=0, compress=15 if self.compress else 0)
         opened = await self.ws.receive_str()
         assert opened.startswith("0"), opened
         auth = {"executionId": execution_id, "token": token}
@@ -190,14 +195,16 @@ async def write_embedded(st: Stack, execution_id: str, events: int, batch: int, 
     return {int(seq): at for seq, at in stamps.items()}
 
 
-async def measure_one(st: Stack, n: int, events: int, paced_events: int, rate: float) -> None:
+async def measure_one(
+    st: Stack, n: int, events: int, paced_events: int, rate: float, name: str = "chat-fanout", compress: bool = True
+) -> None:
     secret_key = st.env["VOUCH_SECRET_KEY"].encode()
     results: dict[str, tuple[float, list[float]]] = {}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         for phase, count, pace in (("burst", events, None), ("paced", paced_events, rate)):
             execution_id, token = await new_room(st.db, st.user_id, secret_key)
-            watchers = [Watcher() for _ in range(n)]
+            watchers = [Watcher(compress) for _ in range(n)]
             for chunk in range(0, n, 50):
                 batch = watchers[chunk : chunk + 50]
                 await asyncio.gather(*(w.start(session, st.base, execution_id, token) for w in batch))
@@ -228,7 +235,7 @@ async def measure_one(st: Stack, n: int, events: int, paced_events: int, rate: f
     burst_rate, burst_latency = results["burst"]
     _, paced_latency = results["paced"]
     figure(
-        "chat-fanout",
+        name,
         st.backend,
         f"watchers={n} burst {burst_rate:,.0f} deliveries/s | paced {rate:g} events/s commit->receipt "
         f"{spread(paced_latency)} | burst commit->receipt {spread(burst_latency)}",
@@ -237,11 +244,16 @@ async def measure_one(st: Stack, n: int, events: int, paced_events: int, rate: f
     )
 
 
-async def measure(st: Stack, quick: bool) -> None:
+async def measure(st: Stack, quick: bool, name: str = "chat-fanout", compress: bool = True) -> None:
     counts, events, paced_events, rate = ([20], 100, 40, 40.0) if quick else ([100, 1000], 300, 100, 10.0)
     for n in counts:
-        await measure_one(st, n, events, paced_events, rate)
-    note(f"burst: {events} events, {BATCH} per commit; paced: {paced_events} events at {rate:g}/s, one per commit")
+        await measure_one(st, n, events, paced_events, rate, name, compress)
+    offered = "permessage-deflate offered" if compress else "no compression offered"
+    note(f"burst: {events} events, {BATCH} per commit; paced: {paced_events} at {rate:g}/s, one per commit; {offered}")
+
+
+async def measure_uncompressed(st: Stack, quick: bool) -> None:
+    await measure(st, quick, "chat-fanout-uncompressed", compress=False)
 
 
 if __name__ == "__main__":

@@ -169,7 +169,8 @@ async def measure(st: Stack, quick: bool, count: int | None = None) -> None:
         waiting = list(await session.scalars(sa.select(Execution.id).where(Execution.status == "awaiting_review")))
     chosen = random.sample(waiting, approvals)
     targets = await checkpoints_of(st, chosen)
-    latencies, answered, cpu = await approve_and_observe(st, targets, rate)
+    seen = await approve_and_observe(st, targets, rate)
+    latencies, answered = seen.resumed, seen.answered
 
     growth_mb = (rss_paused - rss_idle) / 2**20
     per_execution = (bytes_paused - bytes_idle) / total
@@ -183,7 +184,7 @@ async def measure(st: Stack, quick: bool, count: int | None = None) -> None:
         "RSS +<= 10 MB, <= 10 KB each, resume p99 <= 100 ms",
         growth_mb <= 10 and per_execution <= 10 * 1024 and p99 <= 100,
     )
-    note(cpu)
+    note(seen.cpu)
     note(
         f"{real} created through the API and paused by the worker in {api_seconds:.1f} s; "
         f"{total - real:,} copies of their rows inserted in {clone_seconds:.1f} s"

@@ -144,6 +144,9 @@ class Decision(Base):
     labels: Mapped[list[Any] | None] = mapped_column()
 
 
+DECISIONS = cast(sa.Table, Decision.__table__)
+
+
 class Event(Base):
     __tablename__ = "events"
     __table_args__ = (sa.UniqueConstraint("execution_id", "seq"),)

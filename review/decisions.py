@@ -16,7 +16,7 @@ from core.event_payloads import CheckpointDecided, DecisionJson
 from core.events import append_event
 from core.formatting import isoformat
 from core.ids import new_id
-from core.models import Checkpoint, Decision, Execution, utcnow
+from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, Checkpoint, Decision, Execution, UTCDateTime, utcnow
 from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text
 from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
 from review.access import reviewer_may_decide
@@ -157,6 +157,23 @@ def checked_grade(rating: Any, labels: Any) -> tuple[int | None, list[str] | Non
         raise InvalidInput("/labels", f"may hold at most {MAX_LABELS} labels")
     return rating, kept or None
 
+_REVIEWERS_LOCKED = (
+    sa.select(EXECUTIONS.c.assigned_reviewer, EXECUTIONS.c.backup_reviewer)
+    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"))
+    .with_for_update()
+)
+_INSERT_DECISION = sa.insert(DECISIONS)
+_MOVE_EXECUTION = (
+    sa.update(EXECUTIONS)
+    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"), EXECUTIONS.c.status == "awaiting_review")
+    .values(
+        status=sa.bindparam("end_status"),
+        completed_at=sa.bindparam("completed_at", type_=UTCDateTime()),
+        worker_id=None,
+        lease_until=None,
+    )
+)
+
 
 def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The proposed arguments and the reviewer's changes to them (only those that differ), or InvalidInput
@@ -276,16 +293,18 @@ async def decide(
     new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
     if via == "auto":
         new_status = "auto_approved"
-    where = [Checkpoint.id == checkpoint_id, Checkpoint.status == from_status]
+    # Core statements on the tables throughout (built once where they can be): a decision is a handful of
+    # statements, and the ORM's unit of work around them cost more than the database (issue 25).
+    checkpoints = CHECKPOINTS.c
+    where = [checkpoints.id == checkpoint_id, checkpoints.status == from_status]
     if attempt is not None:
-        where.append(Checkpoint.attempt == attempt)
+        where.append(checkpoints.attempt == attempt)
     won = (
         await session.execute(
-            sa.update(Checkpoint)
+            sa.update(CHECKPOINTS)
             .where(*where)
             .values(status=new_status)
-            .returning(Checkpoint.execution_id, Checkpoint.attempt),
-            execution_options={"synchronize_session": False},
+            .returning(checkpoints.execution_id, checkpoints.attempt)
         )
     ).first()
     if won is None:
@@ -303,13 +322,7 @@ async def decide(
     if via in PERSON_CHANNELS:
         # Checked here, on the execution row locked (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises), so a
         # PATCH that names another reviewer is either wholly before this decision or wholly after it.
-        reviewers = (
-            await session.execute(
-                sa.select(Execution.assigned_reviewer, Execution.backup_reviewer)
-                .where(Execution.id == execution_id)
-                .with_for_update()
-            )
-        ).one()
+        reviewers = (await session.execute(_REVIEWERS_LOCKED, {"execution_id": execution_id})).one()
         if not await reviewer_may_decide(
             session,
             email=by,
@@ -338,9 +351,9 @@ async def decide(
         rating=rating,
         labels=labels,
     )
-    session.add(row)
-    # Flushed here: the unique (checkpoint_id, attempt) is the database's own guard against a second answer.
-    await session.flush()
+    # Written here, as a Core INSERT of the attributes set above (the columns left out take their defaults): the
+    # unique (checkpoint_id, attempt) is the database's own guard against a second answer.
+    await session.execute(_INSERT_DECISION, {k: v for k, v in vars(row).items() if not k.startswith("_sa_")})
     record = DecisionRecord.of(row)
     decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
     await append_event(session, execution_id, EventType.CHECKPOINT_DECIDED, decided)
@@ -363,16 +376,9 @@ async def decide(
         )
         revise = reads and (rejections or 0) <= (limit or 0)
     end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[decision]
+    completed_at = None if end_status == "running" else now
     moved = await session.execute(
-        sa.update(Execution)
-        .where(Execution.id == execution_id, Execution.status == "awaiting_review")
-        .values(
-            status=end_status,
-            completed_at=None if end_status == "running" else now,
-            worker_id=None,
-            lease_until=None,
-        ),
-        execution_options={"synchronize_session": False},
+        _MOVE_EXECUTION, {"execution_id": execution_id, "end_status": end_status, "completed_at": completed_at}
     )
     if moved.rowcount != 1:  # type: ignore[attr-defined]
         status = await session.scalar(sa.select(Execution.status).where(Execution.id == execution_id))
