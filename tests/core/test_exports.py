@@ -13,6 +13,8 @@ import csv
 import io
 import json
 import math
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,3 +342,13 @@ async def test_the_inspect_log_reads_back_with_inspects_own_reader(served: Servi
     path.write_bytes(await exported(served, inspect_export, cancelled))
     assert (await read_eval_log_async(str(path), header_only=True)).status == "success"
 
+
+
+def test_web_and_worker_processes_start_without_importing_inspect() -> None:
+    """Inspect AI (~40 packages) is imported by the Inspect writer alone, when a log is asked for."""
+    script = (
+        "import sys, api.app, agents.worker, core.exports; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'inspect_ai'))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stdout
