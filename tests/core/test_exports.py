@@ -9,10 +9,12 @@ back with `json` and `csv`; the Inspect log is read with Inspect's own reader (`
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
 import math
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from inspect_ai.log import read_eval_log_async, read_eval_log_sample_async, read_eval_log_sample_summaries_async
 from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, ChatMessageUser
@@ -30,6 +33,7 @@ from core.settings import Settings
 from tests.api.helpers import account, create_ok, decide, paused_at, task, wait_for
 from tests.conftest import Account, Service, bearer
 from tests.support.fake_llm import Answer, FakeLLM, call, fake_llm, last_tool_result
+from tests.support.waiting import until
 
 OWNER = "owner@example.com"
 REVIEWER = "grader@example.com"
@@ -245,6 +249,36 @@ async def test_jsonl_and_csv_carry_each_run_as_the_status_record_shows_it(served
     assert (five["status"], five["taskName"], five["executionId"], five["passed"]) == ("pending", "Later", "", "")
 
 
+async def inspect_view_lists(path: Path, task: str, samples: int) -> None:
+    """`inspect view`'s own server (no browser) lists the log in its folder and serves its header."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    viewer = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("inspect")), "view", "--log-dir", str(path.parent), "--host", "127.0.0.1",
+        "--port", str(port), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/api", timeout=10) as client:
+
+            async def listing() -> dict[str, Any] | None:
+                try:
+                    answer = await client.get("/logs")
+                except httpx.TransportError:
+                    return None  # not listening yet
+                body: dict[str, Any] = answer.json()
+                return body
+
+            listed = await until(listing, timeout=60)
+            [entry] = listed["files"]
+            assert entry["name"].endswith(path.name) and entry["task"] == task, listed
+            headers = (await client.get("/log-headers", params={"file": entry["name"]})).json()
+            assert [(h["eval"]["task"], h["results"]["total_samples"]) for h in headers] == [(task, samples)]
+    finally:
+        viewer.terminate()
+        await viewer.wait()
+
+
 async def test_the_inspect_log_reads_back_with_inspects_own_reader(served: Service, tmp_path: Path) -> None:
     suite = await build_suite(served)
     approved, revised, graded, failed = (run.execution_id for run in suite.runs[:4])
@@ -335,6 +369,8 @@ async def test_the_inspect_log_reads_back_with_inspects_own_reader(served: Servi
     assert summary.scores is not None and summary.scores["exact"].value == 1.0
     again = await read_eval_log_sample_async(str(path), id=second.id, epoch=2)
     assert again.uuid == revised
+
+    await inspect_view_lists(path, "Capitals & notes", 4)
 
     # Once no run waits (the last one cancelled with its suite), the log is a finished one.
     cancelled = [*suite.runs[:4], ExportRun(None, "ste_1", "Capitals & notes", 3, "offline", "with-verification", 1,
