@@ -158,6 +158,9 @@ class ModelDriver:
             index = pending.setdefault("step", state["nextStep"])
             state["nextStep"] = max(state["nextStep"], index + 1)
             call = await tool_calls.open_call(runner, session, index, name, args, pending["id"])
+            # An approval may have edited it: the gates below, and the call itself, see it as approved so far.
+            await tool_calls.take_edits(session, call)
+            name, args = call.tool, call.args
             action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
             held = await self._caller_gate(session, call)
             if held is not None:

@@ -39,7 +39,7 @@ _FENCED_STEP = seq_allocation(
 )
 
 
-# Built once: a call's progress on its row, and the latest approval's edits of its arguments.
+# Built once: a call's progress on its row, and the approvals' edits of its arguments, in the order given.
 _CALL_STARTED = sa.update(TOOL_CALLS).where(TOOL_CALLS.c.id == sa.bindparam("call_id")).values(status="started")
 _CALL_FINISHED = (
     sa.update(TOOL_CALLS)
@@ -59,12 +59,13 @@ _EDITS_APPROVED = (
         sa.and_(CHECKPOINTS.c.id == DECISIONS.c.checkpoint_id, CHECKPOINTS.c.attempt == DECISIONS.c.attempt),
     )
     .where(
+        # The execution first: its (execution_id, position) key is the index this lookup runs on.
+        CHECKPOINTS.c.execution_id == sa.bindparam("execution_id"),
         CHECKPOINTS.c.tool_call_id == sa.bindparam("tool_call_id"),
         DECISIONS.c.decision == "approve",
         DECISIONS.c.edited_args.is_not(None),
     )
-    .order_by(DECISIONS.c.decided_at.desc())
-    .limit(1)
+    .order_by(DECISIONS.c.decided_at, DECISIONS.c.id)
 )
 
 
@@ -143,8 +144,7 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         )
     )
     if bound is not None and bound.status in ("approved", "auto_approved"):
-        await take_edits(session, call)
-        return None
+        return None  # its edits, if any, were taken before the gates (`take_edits`)
     checkpoint = bound or await gate_for_call(
         session, runner.execution_id, call.id, effect, describe_call(call.tool, call.args)
     )
@@ -155,14 +155,22 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
 
 
 async def take_edits(session: AsyncSession, call: ToolCall) -> None:
-    """An approval of a checkpoint bound to this call edited some arguments (review.decide checked them): the
-    call runs with them, and keeps the agent's own in `proposed_args`. Once: a call already edited is left."""
-    if call.proposed_args is not None:
+    """The arguments the call runs with: the agent's own (kept in `proposed_args` once edited) with the edits of
+    every approval of a checkpoint bound to it (review.decide checked them), in the order they were given,
+    whichever gate it was: the caller's, an auto-detected one, any agent. Each agent calls it on the call it is
+    about to gate or run, before the gates, so a later gate shows its reviewer the call as edited so far and a
+    call runs only as approved. Taking them again changes nothing."""
+    found = await session.scalars(_EDITS_APPROVED, {"execution_id": call.execution_id, "tool_call_id": call.id})
+    # A decision without edits may hold JSON null rather than SQL NULL: not an edit either.
+    edits = [edited for edited in found if edited]
+    if not edits:
         return
-    edited = await session.scalar(_EDITS_APPROVED, {"tool_call_id": call.id})
-    if edited:
-        call.proposed_args = dict(call.args)
-        call.args = {**call.args, **edited}
+    proposed = dict(call.args if call.proposed_args is None else call.proposed_args)
+    approved = proposed.copy()
+    for edited in edits:
+        approved.update(edited)
+    if (call.proposed_args, call.args) != (proposed, approved):
+        call.proposed_args, call.args = proposed, approved
         await session.flush()
 
 

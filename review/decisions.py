@@ -258,7 +258,7 @@ async def decide(
 
     `edited_args` (approve only) changes some of the arguments of the tool call the checkpoint gates; they are
     checked against the tool's schema (InvalidInput naming the argument) and kept, with the proposed ones, in
-    the decision. The runner runs the call with them (agents/tool_calls.py, `gate`).
+    the decision. The runner runs the call with them (agents/tool_calls.py, `take_edits`).
 
     `rating` (1-5) and `labels` are a person's optional grade, kept in the decision (InvalidInput `/rating`,
     `/labels`). A checkpoint of origin `grade` (the `human` scorer's "Grade the result", after the run ended)
