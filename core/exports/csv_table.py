@@ -3,7 +3,8 @@
 The scorers' columns are known before the first row: one query over the runs' `scorers` (small lists) names them,
 in the order they first appear. Values are written by the `csv` module (RFC 4180 quoting: commas, quotes and line
 breaks inside a field are kept); null is an empty field, a boolean `true` / `false`, and `expected` that is not
-text is its JSON.
+text is its JSON. Text a spreadsheet would run as a formula (a task's, an agent's: anything that starts with =, +,
+-, @, a tab or a carriage return) is written after a single quote; JSON Lines and the Inspect log keep it exact.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ async def scorer_names(session: AsyncSession, runs: Sequence[ExportRun]) -> list
     return list(names)
 
 
+# What a spreadsheet reads as the start of a formula (OWASP, "CSV Injection"): a text cell starting so is written
+# after a single quote, which the spreadsheet shows as text. Numbers are never text here, so -0.5 stays a number.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
     if value is None:
         return ""
@@ -57,6 +63,8 @@ def _cell(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
     return value
 
 

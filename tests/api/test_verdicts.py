@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from api.app import create_app
 from core.allowlist import parse_allowlist
 from core.models import Decision, Event, WebhookDelivery
 from core.settings import Settings
@@ -21,6 +20,7 @@ from core.webhook_secrets import derive_secret
 from tests.api.helpers import account, create, create_ok, decide, get_status, paused_at, task, wait_for
 from tests.conftest import Service, bearer
 from tests.support.fake_llm import Answer, FakeLLM, call, fail, fake_llm
+from tests.support.model_service import model_service
 from tests.support.waiting import until
 from tests.support.webhook_receiver import webhook_receiver
 
@@ -53,15 +53,9 @@ async def llm() -> AsyncIterator[FakeLLM]:
 
 @pytest.fixture
 async def scored(settings: Settings, llm: FakeLLM) -> AsyncIterator[Service]:
-    config = settings.with_changes(
-        agent_base_url=llm.base_url,
-        agent_request_retries=0,
-        webhook_allowlist=parse_allowlist("127.0.0.1"),
-        webhook_timeout_seconds=5.0,
-    )
-    app = create_app(config, run_worker=True)
-    async with app.test_app() as test_app:
-        yield Service(app, test_app.test_client(), config)
+    receivers = {"webhook_allowlist": parse_allowlist("127.0.0.1"), "webhook_timeout_seconds": 5.0}
+    async with model_service(settings, llm, **receivers) as service:
+        yield service
 
 
 def says(answer: str, **fields: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import re
 import socket
 import subprocess
 import sys
@@ -27,12 +28,12 @@ import pytest
 from inspect_ai.log import read_eval_log_async, read_eval_log_sample_async, read_eval_log_sample_summaries_async
 from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, ChatMessageUser
 
-from api.app import create_app
 from core.exports import ExportRun, csv_export, inspect_export, jsonl_export
 from core.settings import Settings
 from tests.api.helpers import account, create_ok, decide, paused_at, task, wait_for
 from tests.conftest import Account, Service, bearer
 from tests.support.fake_llm import Answer, FakeLLM, call, fake_llm, last_tool_result
+from tests.support.model_service import model_service
 from tests.support.waiting import until
 
 OWNER = "owner@example.com"
@@ -49,7 +50,11 @@ REJECTED = "Not to the boss.\nAsk me first."
 
 
 def scripted(body: dict[str, Any]) -> Answer:
-    """Sends the report first; then answers Paris, or Lyon once the reviewer has rejected the mail."""
+    """Sends the report first; then answers Paris, or Lyon once the reviewer has rejected the mail. A task saying
+    SAY<...> is answered with what it holds, at once."""
+    said = re.search(r"SAY<([^>]*)>", json.dumps(body["messages"][:2]))
+    if said is not None:
+        return call("finish", summary=json.loads(f'"{said.group(1)}"'))
     if not any(message["role"] == "tool" for message in body["messages"]):
         return Answer(text="Sending the report first.", tool_calls=[("send_email", MAIL)])
     return call("finish", summary="Lyon" if "Rejected" in last_tool_result(body) else "Paris")
@@ -63,10 +68,8 @@ async def llm() -> AsyncIterator[FakeLLM]:
 
 @pytest.fixture
 async def served(settings: Settings, llm: FakeLLM) -> AsyncIterator[Service]:
-    config = settings.with_changes(agent_base_url=llm.base_url, agent_request_retries=0)
-    app = create_app(config, run_worker=True)
-    async with app.test_app() as test_app:
-        yield Service(app, test_app.test_client(), config)
+    async with model_service(settings, llm) as service:
+        yield service
 
 
 def verdict_done(record: dict[str, Any]) -> bool:
@@ -247,6 +250,56 @@ async def test_jsonl_and_csv_carry_each_run_as_the_status_record_shows_it(served
     )
     assert (four["status"], four["passed"], four["errorCode"]) == ("failed", "false", juggle["error"]["code"])
     assert (five["status"], five["taskName"], five["executionId"], five["passed"]) == ("pending", "Later", "", "")
+
+
+async def test_csv_cells_a_spreadsheet_would_run_as_formulas_are_neutralised(served: Service) -> None:
+    """OWASP's CSV injection: a text cell from a person or an agent that starts with =, +, -, @, a tab or a carriage
+    return gets a leading single quote in the CSV; numbers stay numbers, and JSON Lines keeps every value exact."""
+    owner = await account(served, OWNER, "eval:manage")
+    formula = '=HYPERLINK("https://evil.example/","open me")'
+    first = await create_ok(
+        served, owner.key,
+        task(taskName="@cmd", taskDescription=f"{formula} SAY<-2+3>", agentModel=MODEL,
+             testMode="without-verification", expected="\r=1+1"),
+    )  # fmt: skip
+    second = await create_ok(
+        served, owner.key,
+        task(taskName="Sum", taskDescription="+Answer. SAY<@SUM(A1:A9)>", agentModel=MODEL,
+             testMode="without-verification", expected=-0.5, scorers=["exact"]),
+    )  # fmt: skip
+    third = await create_ok(
+        served, owner.key,
+        task(taskName="Plain", taskDescription="Answer. SAY<Paris - the capital>", agentModel=MODEL,
+             testMode="without-verification", expected="Paris"),
+    )  # fmt: skip
+    for execution_id in (first, second, third):
+        await wait_for(served, owner.key, execution_id, lambda record: record["status"] == "completed")
+    runs = [
+        ExportRun(execution_id, "ste_2", "\tsuite", index, MODEL, "without-verification", 1)
+        for index, execution_id in enumerate((first, second, third))
+    ]
+
+    table = (await exported(served, csv_export, runs)).decode()
+    rows = list(csv.DictReader(io.StringIO(table, newline="")))
+    one, two, three = rows
+    assert (one["taskName"], one["input"], one["output"], one["expected"]) == (
+        "'@cmd", f"'{formula} SAY<-2+3>", "'-2+3", "'\r=1+1"
+    )
+    assert (two["input"], two["output"], two["expected"]) == ("'+Answer. SAY<@SUM(A1:A9)>", "'@SUM(A1:A9)", "-0.5")
+    assert {row["suiteName"] for row in rows} == {"'\tsuite"}
+    # Text that does not start with one of them, and the numbers and words we write ourselves, are left as they are.
+    assert (three["taskName"], three["output"], three["expected"], three["status"]) == (
+        "Plain", "Paris - the capital", "Paris", "completed"
+    )
+    assert (two["score_exact"], two["passed"], two["inputTokens"], two["taskIndex"]) == ("0.0", "false", "100", "1")
+    assert float(two["expected"]) == -0.5
+
+    lines = [json.loads(line) for line in (await exported(served, jsonl_export, runs)).decode().splitlines()]
+    assert [(r["taskName"], r["input"], r["output"], r["expected"], r["suiteName"]) for r in lines] == [
+        ("@cmd", f"{formula} SAY<-2+3>", "-2+3", "\r=1+1", "\tsuite"),
+        ("Sum", "+Answer. SAY<@SUM(A1:A9)>", "@SUM(A1:A9)", -0.5, "\tsuite"),
+        ("Plain", "Answer. SAY<Paris - the capital>", "Paris - the capital", "Paris", "\tsuite"),
+    ]
 
 
 async def inspect_view_lists(path: Path, task: str, samples: int) -> None:
