@@ -151,3 +151,45 @@ async def test_a_caller_checkpoint_holds_its_steps_call_and_approves_it_edited(
     assert [(m.recipient, m.subject) for m in snap.mails] == [(proposed["to"], "Edited")]
     (sent,) = [c for c in snap.calls if c.tool == "send_email"]
     assert (sent.args, sent.proposed_args) == ({**proposed, "subject": "Edited"}, proposed)
+
+
+async def test_a_call_behind_two_checkpoints_runs_with_both_reviewers_edits(db: Database, settings: Settings) -> None:
+    """The caller's checkpoint, then the auto-detected one: the second reviewer sees the call as the first approved
+    it, and the call runs with both approvals' edits."""
+    async with fake_llm(call("send_email", **MAIL), call("finish", summary="Sent.")) as llm:
+        config = model_settings(settings, llm)
+        exe = await new_execution(
+            db,
+            config,
+            MAIL_TASK,
+            checkpoints=[BEFORE_SENDING],
+            test_mode="with-verification",
+            agent_model="openai:scripted",
+            autoDetectCheckpoints=True,
+        )
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        (caller,) = [c for c in snap.checkpoints if c.origin == "caller"]
+        assert caller.status == "awaiting_review" and caller.next_action is not None
+        assert caller.next_action["args"] == MAIL
+        async with db.transaction() as session:
+            await decide(session, caller.id, "approve", by=REVIEWER, via=Channel.WEB, edited_args={"subject": "One"})
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        (auto,) = [c for c in snap.checkpoints if c.origin == "auto"]
+        assert auto.status == "awaiting_review" and auto.next_action is not None
+        assert auto.next_action["args"] == {**MAIL, "subject": "One"}
+        assert snap.mails == []
+        async with db.transaction() as session:
+            await decide(session, auto.id, "approve", by=REVIEWER, via=Channel.API, edited_args={"body": "Two"})
+        await run(db, config)
+        snap = await snapshot(db, exe)
+        assert snap.execution.status == "completed", snap.execution.error
+        assert [(m.recipient, m.subject, m.text_body) for m in snap.mails] == [(MAIL["to"], "One", "Two")]
+        (sent,) = snap.calls
+        assert (sent.args, sent.proposed_args) == ({**MAIL, "subject": "One", "body": "Two"}, MAIL)
+        told = json.loads(last_tool_result(llm.requests[1]))
+        assert told["reviewerEdited"] == {
+            "subject": {"proposed": MAIL["subject"], "approved": "One"},
+            "body": {"proposed": MAIL["body"], "approved": "Two"},
+        }
