@@ -16,7 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
 from review.access import disabled
-from review.decisions import DecisionError, DecisionRecord, Verdict, decide
+from review.decision_errors import DecisionError
+from review.decision_records import DecisionRecord
+from review.decisions import Verdict, decide
 from review.links import use_links
 
 
