@@ -51,6 +51,32 @@ _MOVE_EXECUTION = (
 )
 
 
+def _checked_answer(
+    decision: Outcome,
+    via: Channel,
+    comment: str,
+    edited_args: dict[str, Any] | None,
+    origin: str | None,
+    proposed: dict[str, Any] | None = None,
+) -> tuple[bool, dict[str, Any] | None, dict[str, Any] | None]:
+    """Whether the checkpoint is a grade, and the proposed and edited arguments of an approval with edits (None,
+    None without); InvalidInput when a person rejects without a comment or the edits are not valid."""
+    # The worker's automatic passes (the without-verification hot path) never answer a grade.
+    grading = via != Channel.AUTO and origin == CheckpointOrigin.GRADE
+    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip() and not grading:
+        raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
+    if edited_args is None:
+        return grading, None, None
+    if decision != "approve":
+        raise InvalidInput("/editedArgs", "may only come with approve: a rejection changes nothing")
+    if not isinstance(edited_args, dict) or not edited_args:
+        raise InvalidInput("/editedArgs", "must be an object naming at least one argument")
+    original_args, changed = checked_edits(proposed, edited_args)
+    if not changed:
+        return grading, None, None  # nothing differs: a plain approval
+    return grading, original_args, changed
+
+
 async def decide(
     session: AsyncSession,
     checkpoint_id: str,
@@ -68,7 +94,8 @@ async def decide(
     """Record the first answer to the current attempt of a checkpoint and move its execution on.
 
     A person's decision (`via` email, web, chat or api) is taken only when `by` may decide this attempt
-    now (review/access.py); otherwise NotReviewer, and the caller rolls the transaction back.
+    now (review/access.py); otherwise NotReviewer. On any DecisionError the caller rolls the transaction back:
+    some are raised after the compare-and-set below.
 
     Compare-and-set on the checkpoint's status (and `attempt`, when the caller answers a known one,
     e.g. an e-mail link): of two concurrent answers exactly one passes; the other gets AlreadyDecided
@@ -97,23 +124,6 @@ async def decide(
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
     rating, labels = checked_grade(rating, labels)
-    # The worker's automatic passes (the without-verification hot path) never answer a grade: no read for them.
-    grading = via != Channel.AUTO and (
-        await session.scalar(sa.select(Checkpoint.origin).where(Checkpoint.id == checkpoint_id))
-        == CheckpointOrigin.GRADE
-    )
-    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip() and not grading:
-        raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
-    original_args: dict[str, Any] | None = None
-    if edited_args is not None:
-        if decision != "approve":
-            raise InvalidInput("/editedArgs", "may only come with approve: a rejection changes nothing")
-        if not isinstance(edited_args, dict) or not edited_args:
-            raise InvalidInput("/editedArgs", "must be an object naming at least one argument")
-        proposed = await session.scalar(sa.select(Checkpoint.next_action).where(Checkpoint.id == checkpoint_id))
-        original_args, edited_args = checked_edits(proposed, edited_args)
-        if not edited_args:
-            original_args = edited_args = None  # nothing differs: a plain approval
     from_status = "pending" if via == "auto" else "awaiting_review"
     new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
     if via == "auto":
@@ -124,15 +134,23 @@ async def decide(
     where = [checkpoints.id == checkpoint_id, checkpoints.status == from_status]
     if attempt is not None:
         where.append(checkpoints.attempt == attempt)
+    # What the answer is checked against (the origin: a grade needs no comment; the proposed call: the edits)
+    # comes back from the compare-and-set itself: no read before it. An answer refused by those checks raises
+    # before anything else is decided, and the caller's rollback undoes the compare-and-set, as for NotReviewer.
+    against = (checkpoints.origin, *([checkpoints.next_action] if edited_args is not None else ()))
     won = (
         await session.execute(
             sa.update(CHECKPOINTS)
             .where(*where)
             .values(status=new_status)
-            .returning(checkpoints.execution_id, checkpoints.attempt)
+            .returning(checkpoints.execution_id, checkpoints.attempt, *against)
         )
     ).first()
     if won is None:
+        # Lost, or nothing to win: the answer is checked first all the same, so a malformed one is told so
+        # whatever the checkpoint's state, as before the compare-and-set.
+        found = (await session.execute(sa.select(*against).where(checkpoints.id == checkpoint_id))).first()
+        grading, _, _ = _checked_answer(decision, via, comment, edited_args, *(found or (None, None)))
         existing = await decision_for(session, checkpoint_id, attempt)
         if existing is not None:
             raise AlreadyDecided(existing)
@@ -143,7 +161,8 @@ async def decide(
         if status in FINAL and not grading:
             raise ExecutionNotWaiting(f"the execution is {status}; this checkpoint will not be reached")
         raise NotAwaitingReview("the agent has not reached this checkpoint yet")
-    execution_id, current_attempt = won
+    grading, original_args, edited_args = _checked_answer(decision, via, comment, edited_args, *won[2:])
+    execution_id, current_attempt = won[0], won[1]
     if via in PERSON_CHANNELS:
         # Checked here, on the execution row locked (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises), so a
         # PATCH that names another reviewer is either wholly before this decision or wholly after it.

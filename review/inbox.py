@@ -260,7 +260,7 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             labels=grade["labels"],
         )
     except InvalidInput as exc:
-        # Refused before anything was written; the 422 rolls the request's transaction back all the same.
+        # The 422 rolls the request's transaction back, and with it anything decide() wrote before refusing.
         page = await _detail(
             session,
             checkpoint,
