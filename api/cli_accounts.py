@@ -21,6 +21,7 @@ from core.accounts import (
     create_api_key,
     create_user,
     disable_user,
+    enable_user,
     key_state,
     list_api_keys,
     list_users,
@@ -32,6 +33,7 @@ from core.bus import InProcessBus
 from core.db import Database
 from core.models import User, utcnow
 from core.settings import Settings
+from review.disabled_reviewer import Stranded, reviewer_disabled
 
 T = TypeVar("T")
 
@@ -140,16 +142,36 @@ def users_list() -> None:
 @users.command("disable")
 @click.argument("email")
 def users_disable(email: str) -> None:
-    """Disable a user: they cannot sign in, their sessions end and their API keys stop working."""
+    """Disable a user: they cannot sign in, their sessions end, their API keys stop working, and they decide no
+    checkpoint on any channel. The owner of each execution waiting for them is mailed."""
+    settings = settings_or_exit()
+
+    async def work(database: Database) -> tuple[str, bool, list[Stranded]]:
+        async with database.transaction() as session:
+            user = await _user(session, email)
+            changed = await disable_user(session, user)
+            return user.email, changed, await reviewer_disabled(session, settings, user.email) if changed else []
+
+    done, changed, stranded = _with_db(settings, work)
+    click.echo(f"disabled {done}" if changed else f"{done} was already disabled", err=True)
+    for each in stranded:
+        then = f"; escalated to {each.backup}" if each.backup else ""
+        click.echo(f"execution {each.execution_id} waited for {done}: {each.owner} was told{then}", err=True)
+
+
+@users.command("enable")
+@click.argument("email")
+def users_enable(email: str) -> None:
+    """Enable a disabled user again: they can sign in and their unrevoked API keys work again."""
     settings = settings_or_exit()
 
     async def work(database: Database) -> tuple[str, bool]:
         async with database.transaction() as session:
             user = await _user(session, email)
-            return user.email, await disable_user(session, user)
+            return user.email, await enable_user(session, user)
 
     done, changed = _with_db(settings, work)
-    click.echo(f"disabled {done}" if changed else f"{done} was already disabled", err=True)
+    click.echo(f"enabled {done}" if changed else f"{done} was not disabled", err=True)
 
 
 @click.group()

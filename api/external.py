@@ -35,7 +35,7 @@ from core.settings import Settings
 from core.vocabulary import FINAL, Channel, EventType
 from core.web.services import close_request_session, db_session, services
 from review import decide
-from review.decisions import decision_for
+from review.decision_records import decision_for
 from review.pausing import pause_for_review
 
 blueprint = Blueprint("external", __name__, url_prefix="/api/eval/executions")

@@ -19,8 +19,9 @@ import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, cast
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -49,6 +50,10 @@ from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
 from api.tasks import create_execution
 from core.links import chat_url
 from core.model_profiles import EXTERNAL
+from core.models import Execution
+
+B = TypeVar("B")
+T = TypeVar("T")
 
 PATH = "/mcp"
 SCOPE = "eval:create"
@@ -95,6 +100,33 @@ def _invalid(error: ValidationError) -> ToolError:
     return ToolError(f"validation_failed: {fields}: {error.errors()[0]['msg']}")
 
 
+@contextmanager
+def _tool_errors() -> Iterator[None]:
+    """A body the SDK let through but our schema refuses, or a REST refusal, said as the tool's error."""
+    try:
+        yield
+    except ValidationError as invalid:
+        raise _invalid(invalid) from None
+    except ApiError as refused:
+        raise _refusal(refused) from None
+
+
+async def _on_run(
+    services: AppServices,
+    caller: Caller,
+    execution_id: str,
+    body: Callable[[], B],
+    work: Callable[[AsyncSession, Execution, B], Awaitable[T]],
+) -> T:
+    """Build the tool's REST body, then do `work` on the caller's running external execution in one
+    transaction: what every tool but start_run does."""
+    with _tool_errors():
+        built = body()
+        async with services.db.transaction() as session:
+            execution = await running_external(session, execution_id, caller)
+            return await work(session, execution, built)
+
+
 def _decision(answer: dict[str, Any]) -> dict[str, Any]:
     keep = ("executionId", "checkpointId", "stage", "status", "decision", "comment", "editedArgs", "args", "by",
             "via", "at")
@@ -129,14 +161,12 @@ def build_mcp(app: Quart) -> MCPServer:
                                    "testMode": testMode}
         payload.update({name: value for name, value in (("assignedReviewer", assignedReviewer),
                                                           ("webhookUrl", webhookUrl)) if value is not None})
-        try:
+        with _tool_errors():
             task = parse_body(CreateTaskIn, payload, {MODEL_PROFILES: settings.model_profiles})
             async with services.db.transaction() as session:
                 execution = await create_execution(
                     session, caller, task, EXTERNAL, concurrency_limit=settings.concurrency_limit
                 )
-        except ApiError as refused:
-            raise _refusal(refused) from None
         request = cast(Request, ctx.request_context.request)
         base = settings.base_url or str(request.base_url).rstrip("/")
         return {"executionId": execution.id, "chatUrl": chat_url(base, settings.secret_key, execution.id)}
@@ -156,31 +186,29 @@ def build_mcp(app: Quart) -> MCPServer:
         `args`, the action's arguments with the reviewer's edits applied (call the tool with these). `key` names
         the checkpoint: asked again with the same key (or, without one, the same stage, question and action), it
         is the same checkpoint, so a call cut off by a timeout is simply made again."""
-        caller = _caller(ctx)
-        try:
-            body = ExternalCheckpointIn(
+        services = found()
+
+        def body() -> ExternalCheckpointIn:
+            return ExternalCheckpointIn(
                 key=key or default_checkpoint_key(stage, question, action),
                 stage=stage,
                 description=description,
                 verificationQuestion=question,
                 nextAction=action,
             )
-        except ValidationError as invalid:
-            raise _invalid(invalid) from None
-        services = found()
-        try:
-            async with services.db.transaction() as session:
-                execution = await running_external(session, executionId, caller)
-                answer, _ = await ask_checkpoint(session, services.settings, execution, body)
-            looks = 0
+
+        async def ask(session: AsyncSession, execution: Execution, asked: ExternalCheckpointIn) -> dict[str, Any]:
+            return (await ask_checkpoint(session, services.settings, execution, asked))[0]
+
+        answer = await _on_run(services, _caller(ctx), executionId, body, ask)
+        looks = 0
+        with _tool_errors():  # the wait reads the checkpoint again: a cancel meanwhile is a refusal
             while answer["decision"] is None and answer["status"] == "awaiting_review":
                 answer = await wait_for_decision(
                     services.db, services.bus, executionId, answer["checkpointId"], LOOK_AGAIN_SECONDS
                 )
                 looks += 1
                 await ctx.report_progress(looks, message="waiting for the reviewer")  # a no-op unless asked for
-        except ApiError as refused:
-            raise _refusal(refused) from None
         if answer["decision"] is None:
             raise ToolError(f"execution_finished: execution {executionId} is {answer['executionStatus']}")
         return _decision(answer)
@@ -194,19 +222,16 @@ def build_mcp(app: Quart) -> MCPServer:
     ) -> dict[str, Any]:
         """Say something (Markdown) in the execution's live chat: the reviewer watching sees it at once. With a
         `key`, a retried call adds nothing twice; without one, each call is a new message."""
-        caller = _caller(ctx)
-        try:
-            event = ExternalMessageIn(key=key or f"mcp-{uuid.uuid4().hex}", type="message", text=message)
-            body = ExternalEventsIn(events=[event])
-        except ValidationError as invalid:
-            raise _invalid(invalid) from None
         services = found()
-        try:
-            async with services.db.transaction() as session:
-                execution = await running_external(session, executionId, caller)
-                added = await add_events(session, services.settings, execution, body)
-        except ApiError as refused:
-            raise _refusal(refused) from None
+
+        def body() -> ExternalEventsIn:
+            event = ExternalMessageIn(key=key or f"mcp-{uuid.uuid4().hex}", type="message", text=message)
+            return ExternalEventsIn(events=[event])
+
+        async def add(session: AsyncSession, execution: Execution, events: ExternalEventsIn) -> dict[str, Any]:
+            return await add_events(session, services.settings, execution, events)
+
+        added = await _on_run(services, _caller(ctx), executionId, body, add)
         (sent,) = added["events"]
         return {"executionId": executionId, "seq": sent["seq"], "duplicate": sent["duplicate"]}
 
@@ -220,22 +245,12 @@ def build_mcp(app: Quart) -> MCPServer:
     ) -> dict[str, Any]:
         """End the execution: completed with `output` (the agent's final answer, which evaluation scores), or
         `failed=true` with `error`. Sends the completion webhook. Any later call on it is refused."""
-        caller = _caller(ctx)
-        try:
-            body = ExternalCompleteIn(
-                status="failed" if failed else "completed",
-                result=None if failed else {"output": output},
-                error=error,
+        def body() -> ExternalCompleteIn:
+            return ExternalCompleteIn(
+                status="failed" if failed else "completed", result=None if failed else {"output": output}, error=error
             )
-        except ValidationError as invalid:
-            raise _invalid(invalid) from None
-        services = found()
-        try:
-            async with services.db.transaction() as session:
-                execution = await running_external(session, executionId, caller)
-                ended = await finish(session, execution, body)
-        except ApiError as refused:
-            raise _refusal(refused) from None
+
+        ended = await _on_run(found(), _caller(ctx), executionId, body, finish)
         return {"executionId": executionId, "status": ended["status"]}
 
     return server

@@ -11,38 +11,32 @@ may be null is typed `X | None` without a default: always present, possibly null
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.openapi_external_models import ExternalCheckpointOut, ExternalCompleteOut, ExternalEventsOut
+from api.openapi_fields import (
+    Channel,
+    ChatUrl,
+    CheckpointCount,
+    CheckpointId,
+    CheckpointStatus,
+    CompletedAt,
+    CreatedAt,
+    ExecutionId,
+    Mode,
+    Out,
+    Reviewer,
+    Status,
+    Succeeded,
+    TaskName,
+)
+from api.openapi_webhook_models import RedeliveryOut, WebhookLogOut
 from core.errors import FailureCode
 
-# Repeated as literals so that the schema lists them; tests/api/test_openapi.py keeps them in step with the code.
-ExecutionStatus = Literal["queued", "running", "awaiting_review", "completed", "failed", "rejected", "cancelled"]
-CheckpointStatus = Literal["pending", "awaiting_review", "approved", "rejected", "auto_approved"]
-TestMode = Literal["with-verification", "without-verification"]
-Channel = Literal["email", "web", "chat", "api", "auto", "timeout"]
 
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# One description per meaning, shared by every answer that carries it.
-Succeeded = Annotated[Literal[True], Field(description="Always `true` in a success answer.")]
-ExecutionId = Annotated[str, Field(description="The execution's id; use it in the status path.")]
-CheckpointId = Annotated[str, Field(description="The checkpoint's id; use it in the decision path.")]
-TaskName = Annotated[str, Field(description="`taskName` as given at creation.")]
-Status = Annotated[ExecutionStatus, Field(description="Where it stands; the last four are final.")]
-Mode = Annotated[TestMode, Field(description="`testMode` as given at creation.")]
-Reviewer = Annotated[str | None, Field(description="E-mail address of the reviewer; null when none is named.")]
-ChatUrl = Annotated[str, Field(description="Live chat view of the execution; it carries a token, so keep it secret.")]
-CreatedAt = Annotated[datetime, Field(description="When it was created (UTC, ISO 8601 with milliseconds).")]
-CompletedAt = Annotated[datetime | None, Field(description="When it reached a final status; null before.")]
-CheckpointCount = Annotated[int, Field(ge=0, description="How many checkpoints it has.")]
-
-
-class CreateTaskOut(_Out):
+class CreateTaskOut(Out):
     """The answer to a create (spec §2.3)."""
 
     success: Succeeded
@@ -51,7 +45,7 @@ class CreateTaskOut(_Out):
     checkpointCount: CheckpointCount
 
 
-class DecisionOut(_Out):
+class DecisionOut(Out):
     """A recorded decision on a checkpoint."""
 
     decision: Literal["approve", "reject", "cancel"] = Field(
@@ -79,7 +73,7 @@ class AttemptOut(DecisionOut):
     remoteAddr: str | None = Field(description="The deciding request's address; null for timers and automatic passes.")
 
 
-class NextActionOut(_Out):
+class NextActionOut(Out):
     """The exact action the agent proposed at a checkpoint."""
 
     tool: str = Field(description="The tool the agent will call (`finish`, `request_review` for the run's own steps).")
@@ -87,7 +81,7 @@ class NextActionOut(_Out):
     editable: bool = Field(description="Whether an approval may change the arguments (`editedArgs`).")
 
 
-class CheckpointOut(_Out):
+class CheckpointOut(Out):
     """One checkpoint of an execution and where it stands."""
 
     checkpointId: CheckpointId
@@ -110,7 +104,7 @@ class CheckpointOut(_Out):
     attempts: list[AttemptOut] = Field(description="Every decided attempt, oldest first.")
 
 
-class ReviewLatencyOut(_Out):
+class ReviewLatencyOut(Out):
     """How long one attempt of one checkpoint waited for its decision."""
 
     checkpointId: CheckpointId
@@ -118,7 +112,7 @@ class ReviewLatencyOut(_Out):
     ms: int = Field(ge=0, description="Milliseconds from the pause to the decision (so far, while it waits).")
 
 
-class MetricsOut(_Out):
+class MetricsOut(Out):
     """Performance metrics of an execution, computed from its stored events (the same from any process);
     they grow while it runs (open intervals run to now)."""
 
@@ -150,52 +144,7 @@ class MetricsOut(_Out):
     )
 
 
-class WebhookAttemptOut(_Out):
-    """One HTTP attempt of a webhook delivery."""
-
-    number: int = Field(ge=1, description="1 for the first attempt, then one more per retry.")
-    at: datetime = Field(description="When the attempt began.")
-    statusCode: int | None = Field(description="The receiver's HTTP status; null when no answer came.")
-    latencyMs: int | None = Field(description="Milliseconds from sending to the end of the answer (or the error).")
-    response: str | None = Field(description="The first KiB of the answer's body.")
-    error: str | None = Field(
-        description="Why the attempt failed (a status, timeout, network error or a refused private address); "
-        "null on success."
-    )
-
-
-class WebhookDeliveryOut(_Out):
-    """One webhook message and its attempts; its id is the `webhook-id` header, the same on every retry."""
-
-    webhookId: str = Field(description="The message id, sent as `webhook-id`.")
-    type: Literal["execution.completed", "checkpoint.awaiting_review", "checkpoint.decided"] = Field(
-        description="The event type in the body."
-    )
-    status: Literal["pending", "succeeded", "failed"] = Field(
-        description="`pending` until a 2xx (`succeeded`), a 410, a refused target or the last retry (`failed`)."
-    )
-    createdAt: CreatedAt
-    nextAttemptAt: datetime | None = Field(description="When the next attempt is due, while pending.")
-    finishedAt: datetime | None = Field(description="When it succeeded or was given up.")
-    attempts: list[WebhookAttemptOut] = Field(description="Every attempt, oldest first.")
-
-
-class WebhookLogOut(_Out):
-    """The execution's webhook and its delivery log."""
-
-    url: str | None = Field(description="`webhookUrl`; null when none was given.")
-    deliveries: list[WebhookDeliveryOut] = Field(description="Every delivery, oldest first (redeliveries too).")
-
-
-class RedeliveryOut(_Out):
-    """A redelivery queued: a new message (new `webhook-id`) with the completion notification."""
-
-    success: Succeeded
-    executionId: ExecutionId
-    webhookId: str = Field(description="The new message's id; it shows in the status record's `webhook.deliveries`.")
-
-
-class ModelProfileOut(_Out):
+class ModelProfileOut(Out):
     """One of the operator's model profiles: a name a task may give as `agentModel`."""
 
     name: str = Field(description="The profile's name: give it as `agentModel`.")
@@ -212,7 +161,7 @@ class ModelProfileOut(_Out):
     outputUsdPerMtok: float | None = Field(description="US dollars per million output tokens; null as above.")
 
 
-class ModelChoicesOut(_Out):
+class ModelChoicesOut(Out):
     """The models a task may name in `agentModel`."""
 
     default: str = Field(description="What a task without `agentModel` runs with (VOUCH_AGENT_MODEL).")
@@ -223,7 +172,7 @@ class ModelChoicesOut(_Out):
     )
 
 
-class ExecutionErrorOut(_Out):
+class ExecutionErrorOut(Out):
     """Why an execution failed: a stable `code`, a sentence, and the code's own fields."""
 
     code: FailureCode = Field(
@@ -241,7 +190,7 @@ class ExecutionErrorOut(_Out):
     )
 
 
-class AgentOut(_Out):
+class AgentOut(Out):
     """The agent that runs the execution, named for what it is."""
 
     model: str = Field(description="`agentModel`: `offline`, or the model it asks (`openai:<model>`, …).")
@@ -252,7 +201,7 @@ class AgentOut(_Out):
     )
 
 
-class ScoreOut(_Out):
+class ScoreOut(Out):
     """One scorer's judgement of the run's `result.output`."""
 
     scorer: str = Field(description="The scorer's `name` (its type unless the task named it).")
@@ -270,7 +219,7 @@ class ScoreOut(_Out):
     )
 
 
-class VerdictOut(_Out):
+class VerdictOut(Out):
     """Whether the run got it right, separate from `status` (a completed run can fail its evaluation)."""
 
     state: Literal["pending", "grading", "done"] = Field(
@@ -285,7 +234,7 @@ class VerdictOut(_Out):
     scores: list[ScoreOut] = Field(description="Each scorer's judgement, in the task's order (so far).")
 
 
-class StatusRecordOut(_Out):
+class StatusRecordOut(Out):
     """The status record of an execution (spec §4.2): status, checkpoints and metrics."""
 
     success: Succeeded
@@ -317,7 +266,7 @@ class StatusRecordOut(_Out):
     verdict: VerdictOut | None = Field(description="The evaluation's verdict; null for a task without scorers.")
 
 
-class ExecutionSummaryOut(_Out):
+class ExecutionSummaryOut(Out):
     """One execution in a list."""
 
     executionId: ExecutionId
@@ -331,7 +280,7 @@ class ExecutionSummaryOut(_Out):
     chatUrl: ChatUrl
 
 
-class ExecutionListOut(_Out):
+class ExecutionListOut(Out):
     """A page of the caller's executions, newest first."""
 
     success: Succeeded
@@ -339,7 +288,7 @@ class ExecutionListOut(_Out):
     nextCursor: str | None = Field(description="Pass it back as `cursor` for the next page; null on the last page.")
 
 
-class DecisionAnswerOut(_Out):
+class DecisionAnswerOut(Out):
     """The answer to a decision: the decision as recorded."""
 
     success: Succeeded
@@ -348,7 +297,7 @@ class DecisionAnswerOut(_Out):
     decision: DecisionOut = Field(description="The decision as recorded.")
 
 
-class ProblemFieldError(_Out):
+class ProblemFieldError(Out):
     """One invalid input, named by exactly one of `pointer`, `parameter` or `header`."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 2, "maxProperties": 2})
@@ -359,7 +308,7 @@ class ProblemFieldError(_Out):
     detail: str = Field(description="What is wrong with it.")
 
 
-class Problem(_Out):
+class Problem(Out):
     """An error answer: RFC 9457 problem details, plus a stable `code` and `success: false`."""
 
     success: Literal[False] = Field(description="Always `false` in an error answer.")
@@ -369,51 +318,6 @@ class Problem(_Out):
     detail: str = Field(description="What went wrong in this request, for a human.")
     code: str = Field(description="Stable machine-readable name of the problem; branch on this.")
     errors: list[ProblemFieldError] = Field(default=[], description="Each invalid input, when there are any.")
-
-
-class ExternalEventOut(_Out):
-    """What became of one event sent."""
-
-    key: str = Field(description="The event's key, as sent.")
-    seq: int | None = Field(description="Its place in the execution's events (a tool call's: the call's).")
-    duplicate: bool = Field(description="True when the key was sent before: nothing was added this time.")
-
-
-class ExternalEventsOut(_Out):
-    """The answer to events sent by an external agent."""
-
-    success: Succeeded
-    executionId: ExecutionId
-    events: list[ExternalEventOut] = Field(description="One per event sent, in the order sent.")
-
-
-class ExternalCheckpointOut(_Out):
-    """A checkpoint as its external agent sees it: waiting, or decided."""
-
-    success: Succeeded
-    executionId: ExecutionId
-    checkpointId: CheckpointId
-    stage: str = Field(description="The checkpoint's stage.")
-    status: CheckpointStatus = Field(description="`awaiting_review` while the reviewer has not answered.")
-    attempt: int = Field(ge=1, description="The attempt the answer is about.")
-    executionStatus: ExecutionStatus = Field(description="The execution's status now.")
-    decision: Literal["approve", "reject", "cancel"] | None = Field(
-        description="The decision; null while none is made (a long-poll that ran out of time)."
-    )
-    comment: str | None = Field(description="The reviewer's comment; null before a decision.")
-    editedArgs: dict[str, Any] | None = Field(description="The arguments the reviewer changed when approving.")
-    args: dict[str, Any] = Field(description="The arguments to call with: those proposed, with the edits applied.")
-    by: str | None = Field(description="Who decided; null before a decision.")
-    via: Channel | None = Field(description="Through which channel; null before a decision.")
-    at: datetime | None = Field(description="When; null before a decision.")
-
-
-class ExternalCompleteOut(_Out):
-    """The end of an external run, as recorded."""
-
-    success: Succeeded
-    executionId: ExecutionId
-    status: Literal["completed", "failed"] = Field(description="The execution's final status.")
 
 
 RESPONSE_MODELS: tuple[type[BaseModel], ...] = (

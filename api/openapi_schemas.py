@@ -10,7 +10,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from api.external_schemas import ExternalCheckpointIn, ExternalCompleteIn, ExternalEventsIn
-from api.openapi_models import RESPONSE_MODELS, ExecutionStatus
+from api.openapi_fields import ExecutionStatus
+from api.openapi_models import RESPONSE_MODELS
 from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (

@@ -75,6 +75,23 @@ def free_port() -> int:
         return port
 
 
+async def web_answers(base: str, processes: Sequence[subprocess.Popen[bytes] | None], logs: str) -> None:
+    """Wait (30 s at most) for the web process at `base` to answer its health check; SystemExit naming `logs`
+    if it does not, or if one of `processes` dies meanwhile."""
+    async with aiohttp.ClientSession() as client:
+        for _ in range(600):
+            if any(proc is not None and proc.poll() is not None for proc in processes):
+                raise SystemExit(f"a bench process died; see {logs}")
+            try:
+                async with client.get(f"{base}/healthz") as answer:
+                    if answer.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise SystemExit(f"the web process did not start; see {logs}")
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -137,20 +154,7 @@ class Stack:
         await self._healthy()
 
     async def _healthy(self) -> None:
-        async with aiohttp.ClientSession() as client:
-            for _ in range(600):
-                for proc in (self.web, self.worker):
-                    if proc is not None and proc.poll() is not None:
-                        raise SystemExit(f"a bench process died; see {self.work}/*.log")
-                try:
-                    async with client.get(f"{self.base}/healthz") as answer:
-                        if answer.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-            else:
-                raise SystemExit(f"the web process did not start; see {self.work}/web.log")
+        await web_answers(self.base, (self.web, self.worker), f"{self.work}/*.log")
         # The worker logs "worker … started" once its wake-up listener is on its way; then one warm-up
         # execution, run to its end, proves the whole path works before anything is measured.
         log = self.work / ("web.log" if self.worker is None else "worker.log")

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from bench.chat_fanout import Watcher
-from bench.common import EMAIL, PYTHON, Stack, free_port, main_of
+from bench.common import EMAIL, PYTHON, Stack, free_port, main_of, web_answers
 from bench.load import WirePoster, open_loop
 from bench.report import figure, note, percentile, spread
 from core.links import chat_view_token
@@ -55,19 +55,7 @@ async def second_web(st: Stack) -> AsyncIterator[str]:
     proc = st._spawn("web2", [PYTHON, "-m", "bench.server", "--port", str(port)])
     base = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as client:
-            for _ in range(600):
-                if proc.poll() is not None:
-                    raise SystemExit(f"the second web process died; see {st.work}/web2.log")
-                try:
-                    async with client.get(f"{base}/healthz") as answer:
-                        if answer.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
-            else:
-                raise SystemExit(f"the second web process did not start; see {st.work}/web2.log")
+        await web_answers(base, (proc,), f"{st.work}/web2.log")
         yield base
     finally:
         proc.terminate()

@@ -103,6 +103,16 @@ async def disable_user(session: AsyncSession, user: User) -> bool:
     return True
 
 
+async def enable_user(session: AsyncSession, user: User) -> bool:
+    """Let a disabled user sign in again and their unrevoked keys work again; False if they were not disabled.
+    Their old browser sessions stay ended, and review links spent meanwhile stay spent."""
+    if user.disabled_at is None:
+        return False
+    user.disabled_at = None
+    invalidate_api_keys_after_commit(session, user_ids=[user.id])
+    return True
+
+
 def key_is_active(key: ApiKey, now: datetime) -> bool:
     return key.revoked_at is None and (key.expires_at is None or key.expires_at > now)
 

@@ -71,7 +71,7 @@ class CheckpointAwaitingReview(TypedDict):
 
 
 class DecisionJson(TypedDict):
-    """A decision as the API serves it (review.decisions.DecisionRecord.as_json)."""
+    """A decision as the API serves it (review.decision_records.DecisionRecord.as_json)."""
 
     decision: str
     by: str

@@ -1,16 +1,16 @@
 """Everything a reviewer touches; `review.decide` is the one way a checkpoint gets decided."""
 
-from review.decisions import (
+from review.decision_errors import (
     AlreadyDecided,
     DecisionError,
-    DecisionRecord,
     ExecutionNotWaiting,
     InvalidInput,
     NotAwaitingReview,
     NotReviewer,
     UnknownCheckpoint,
-    decide,
 )
+from review.decision_records import DecisionRecord
+from review.decisions import decide
 
 __all__ = [
     "AlreadyDecided",

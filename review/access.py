@@ -1,7 +1,9 @@
 """Who may decide a checkpoint: the one rule every channel ends in (API, CLI, inbox, chat, mail link, reply).
 
 The assigned reviewer always may. The backup reviewer may once the current attempt has been escalated to
-them: the escalation timer of that attempt has fired (review/timers.py), so they have been told.
+them: the escalation timer of that attempt has fired (review/timers.py), so they have been told. A person whose
+account an operator disabled (`vouch users disable`) is neither: whatever they still hold (a review mail's
+links, a key a web process cached) decides nothing until they are enabled again.
 
 `may_decide` answers a channel that wants to know before it acts (which buttons to show, 404 or 403);
 `review.decide` asks `reviewer_may_decide` again itself, on the execution row it has locked, so no channel
@@ -15,7 +17,14 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.models import Checkpoint, Execution, ReviewTimer
+from core.models import Checkpoint, Execution, ReviewTimer, User
+
+
+async def disabled(session: AsyncSession, email: str) -> bool:
+    """Whether `email` is a user's whom an operator disabled. An address with no account is not disabled:
+    reviewers need no account to decide by mail."""
+    found = await session.scalar(sa.select(User.id).where(User.email == email, User.disabled_at.is_not(None)))
+    return found is not None
 
 
 async def escalated(session: AsyncSession, checkpoint_id: str, attempt: int) -> bool:
@@ -44,10 +53,12 @@ async def reviewer_may_decide(
     if not email:
         return False
     if assigned is not None and email == assigned:
-        return True
-    if backup is None or email != backup:
+        named = True
+    elif backup is None or email != backup:
         return False
-    return await escalated(session, checkpoint_id, attempt)
+    else:
+        named = await escalated(session, checkpoint_id, attempt)
+    return named and not await disabled(session, email)
 
 
 async def may_decide(
@@ -61,7 +72,7 @@ async def may_decide(
     if not email:
         return False
     if email == execution.assigned_reviewer:
-        return True
+        return not await disabled(session, email)
     if execution.backup_reviewer is None or email != execution.backup_reviewer:
         return False
     if checkpoint is None:

@@ -15,7 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Decision, Execution, ReviewLink, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
-from review.decisions import DecisionError, DecisionRecord, Verdict, decide
+from review.access import disabled
+from review.decision_errors import DecisionError
+from review.decision_records import DecisionRecord
+from review.decisions import Verdict, decide
 from review.links import use_links
 
 
@@ -24,8 +27,8 @@ class LinkState:
     link: ReviewLink
     checkpoint: Checkpoint
     execution: Execution
-    # usable | decided | reassigned (the owner named another reviewer since the mail) | used | expired |
-    # closed (the run ended or moved past this attempt)
+    # usable | decided | disabled (an operator disabled the reviewer's account) | reassigned (the owner named
+    # another reviewer since the mail) | used | expired | closed (the run ended or moved past this attempt)
     status: str
     decision: DecisionRecord | None
 
@@ -39,6 +42,8 @@ async def link_state(session: AsyncSession, link: ReviewLink) -> LinkState:
     decision = DecisionRecord.of(row) if row is not None else None
     if decision is not None:
         status = "decided"
+    elif await disabled(session, link.reviewer_email):
+        status = "disabled"
     elif link.reviewer_email != execution.assigned_reviewer or link.used_at is not None:
         # Spent without a decision of its attempt: only a change of reviewer does that (review/reassign.py).
         status = "reassigned"

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -12,150 +9,29 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
-from core.event_payloads import CheckpointDecided, DecisionJson
+from core.event_payloads import CheckpointDecided
 from core.events import append_event
-from core.formatting import isoformat
 from core.ids import new_id
 from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, Checkpoint, Decision, Execution, UTCDateTime, utcnow
-from core.tool_args import TOOL_PARAMETERS, argument_problems, from_text
 from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
 from review.access import reviewer_may_decide
+from review.decision_errors import (
+    AlreadyDecided,
+    DecisionError,
+    ExecutionNotWaiting,
+    InvalidInput,
+    NotAwaitingReview,
+    NotReviewer,
+    UnknownCheckpoint,
+)
+from review.decision_input import REJECT_NEEDS_COMMENT, checked_edits, checked_grade
+from review.decision_records import DecisionRecord, decision_for
 from review.grading import grade_given
 
 Verdict = Literal["approve", "reject"]
 # "cancel" is the deadline's third policy only (onDeadline=cancel); people approve or reject.
 Outcome = Literal["approve", "reject", "cancel"]
 
-
-@dataclass(frozen=True)
-class DecisionRecord:
-    checkpoint_id: str
-    decision: str
-    by: str
-    via: str
-    at: datetime
-    comment: str
-    attempt: int = 1
-    remote_addr: str | None = None
-    # An approval with edited arguments: all the arguments proposed, and those the reviewer changed.
-    original_args: dict[str, Any] | None = None
-    edited_args: dict[str, Any] | None = None
-    rating: int | None = None
-    labels: list[str] | None = None
-
-    def as_json(self) -> DecisionJson:
-        # The request address stays out of this shape: it goes into events, which view-link holders see.
-        return {
-            "decision": self.decision,
-            "by": self.by,
-            "via": self.via,
-            "at": isoformat(self.at),
-            "comment": self.comment,
-            "attempt": self.attempt,
-            "originalArgs": self.original_args,
-            "editedArgs": self.edited_args,
-            "rating": self.rating,
-            "labels": self.labels,
-        }
-
-    @classmethod
-    def of(cls, row: Decision) -> DecisionRecord:
-        return cls(
-            row.checkpoint_id,
-            row.decision,
-            row.decided_by,
-            row.via,
-            row.decided_at,
-            row.comment,
-            row.attempt,
-            row.remote_addr,
-            row.original_args,
-            row.edited_args,
-            row.rating,
-            list(row.labels) if row.labels is not None else None,
-        )
-
-
-class DecisionError(Exception):
-    """The decision cannot be taken; `code` says why in a stable word."""
-
-    code = "decision_refused"
-
-
-class AlreadyDecided(DecisionError):
-    code = "already_decided"
-
-    def __init__(self, record: DecisionRecord) -> None:
-        self.record = record
-        done = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}.get(record.decision, "decided")
-        # Attempt 1 keeps the message every channel showed before revisions existed.
-        which = f" (attempt {record.attempt})" if record.attempt > 1 else ""
-        super().__init__(f"already {done} by {record.by} via {record.via} at {isoformat(record.at)}{which}")
-
-
-class NotAwaitingReview(DecisionError):
-    code = "checkpoint_not_awaiting_review"
-
-
-class UnknownCheckpoint(DecisionError):
-    code = "not_found"
-
-
-class NotReviewer(DecisionError):
-    """The person is not the one who may decide this attempt now (review/access.py's rule)."""
-
-    code = "not_assigned_reviewer"
-
-
-class ExecutionNotWaiting(DecisionError):
-    """The checkpoint waits, but its execution has ended (cancelled or failed) in the meantime."""
-
-    code = "execution_not_awaiting_review"
-
-
-class InvalidInput(DecisionError):
-    """The decision itself is malformed: `pointer` names the part (`/comment`, `/editedArgs/subject`), as a
-    JSON Pointer into the API's body; every channel says which field of its own form that is."""
-
-    code = "invalid_decision"
-
-    def __init__(self, pointer: str, detail: str) -> None:
-        super().__init__(f"{pointer.rsplit('/', 1)[-1]} {detail}")
-        self.pointer = pointer
-        self.detail = detail
-        # The argument's name for an edit, else "" (a form shows the error beside that argument's field).
-        self.argument = pointer.removeprefix("/editedArgs/") if pointer.startswith("/editedArgs/") else ""
-
-
-REJECT_NEEDS_COMMENT = "is required to reject: say what should change"
-MAX_LABELS = 20
-MAX_LABEL = 50
-
-
-def checked_grade(rating: Any, labels: Any) -> tuple[int | None, list[str] | None]:
-    """A decision's optional rating (a whole number 1-5) and labels (distinct short texts, order kept), or
-    InvalidInput naming the field. Forms send text: "4" is 4, and labels may come comma-separated."""
-    if isinstance(rating, str):
-        rating = int(rating) if rating.strip().isdigit() else (None if not rating.strip() else rating)
-    if rating is not None and (not isinstance(rating, int) or isinstance(rating, bool) or not 1 <= rating <= 5):
-        raise InvalidInput("/rating", "must be a whole number from 1 to 5")
-    if isinstance(labels, str):
-        labels = [part for part in labels.split(",")]
-    if labels is None:
-        return rating, None
-    if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
-        raise InvalidInput("/labels", "must be a list of texts")
-    kept: list[str] = []
-    for label in (label.strip() for label in labels):
-        if not label:
-            continue
-        if len(label) > MAX_LABEL or any(ord(c) < 32 for c in label):
-            raise InvalidInput("/labels", f"must each be one line of at most {MAX_LABEL} characters")
-        if label not in kept:
-            kept.append(label)
-    if len(kept) > MAX_LABELS:
-        raise InvalidInput("/labels", f"may hold at most {MAX_LABELS} labels")
-    return rating, kept or None
 
 _REVIEWERS_LOCKED = (
     sa.select(EXECUTIONS.c.assigned_reviewer, EXECUTIONS.c.backup_reviewer)
@@ -175,55 +51,30 @@ _MOVE_EXECUTION = (
 )
 
 
-def _checked_edits(next_action: dict[str, Any] | None, edited: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The proposed arguments and the reviewer's changes to them (only those that differ), or InvalidInput
-    naming the first argument that is not valid. The whole resulting set is checked against the tool's
-    schema (core/tool_args.py), so an edit cannot make a call the tool would refuse."""
-    if not next_action or not next_action.get("editable"):
-        raise InvalidInput("/editedArgs", "cannot be given here: this checkpoint's action is not a tool call to edit")
-    tool, original = str(next_action.get("tool")), dict(next_action.get("args") or {})
-    if next_action.get("external"):
-        # An external agent's own tool: its schema is the agent's, which checks the edited call itself. A form
-        # sends text: an argument proposed as a number, a list or an object is read back as JSON where it parses.
-        edited = {name: _as_proposed(original.get(name, _MISSING), value) for name, value in edited.items()}
-        return original, {name: value for name, value in edited.items() if original.get(name, _MISSING) != value}
-    if tool not in TOOL_PARAMETERS:
-        raise InvalidInput("/editedArgs", f"cannot be given here: {tool} takes no arguments a reviewer can edit")
-    # Forms and command lines send text: a number argument's text counts as its number.
-    edited = {name: from_text(tool, name, value) if isinstance(value, str) else value for name, value in edited.items()}
-    changed = {name: value for name, value in edited.items() if original.get(name, _MISSING) != value}
-    for problem in argument_problems(tool, {**original, **edited}):
-        if problem.name in edited or not problem.name:
-            raise InvalidInput(f"/editedArgs/{problem.name}".rstrip("/"), problem.detail)
-    return original, changed
-
-
-_MISSING = object()
-
-
-def _as_proposed(proposed: Any, value: Any) -> Any:
-    if not isinstance(value, str) or proposed is _MISSING or isinstance(proposed, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
-async def decision_for(session: AsyncSession, checkpoint_id: str, attempt: int | None = None) -> DecisionRecord | None:
-    """The decision on `attempt` of a checkpoint, or on its latest decided attempt."""
-    query = sa.select(Decision).where(Decision.checkpoint_id == checkpoint_id)
-    if attempt is not None:
-        query = query.where(Decision.attempt == attempt)
-    row = await session.scalar(query.order_by(Decision.attempt.desc()).limit(1))
-    return DecisionRecord.of(row) if row is not None else None
-
-
-async def decision_history(session: AsyncSession, checkpoint_id: str) -> list[DecisionRecord]:
-    rows = await session.scalars(
-        sa.select(Decision).where(Decision.checkpoint_id == checkpoint_id).order_by(Decision.attempt)
-    )
-    return [DecisionRecord.of(row) for row in rows]
+def _checked_answer(
+    decision: Outcome,
+    via: Channel,
+    comment: str,
+    edited_args: dict[str, Any] | None,
+    origin: str | None,
+    proposed: dict[str, Any] | None = None,
+) -> tuple[bool, dict[str, Any] | None, dict[str, Any] | None]:
+    """Whether the checkpoint is a grade, and the proposed and edited arguments of an approval with edits (None,
+    None without); InvalidInput when a person rejects without a comment or the edits are not valid."""
+    # The worker's automatic passes (the without-verification hot path) never answer a grade.
+    grading = via != Channel.AUTO and origin == CheckpointOrigin.GRADE
+    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip() and not grading:
+        raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
+    if edited_args is None:
+        return grading, None, None
+    if decision != "approve":
+        raise InvalidInput("/editedArgs", "may only come with approve: a rejection changes nothing")
+    if not isinstance(edited_args, dict) or not edited_args:
+        raise InvalidInput("/editedArgs", "must be an object naming at least one argument")
+    original_args, changed = checked_edits(proposed, edited_args)
+    if not changed:
+        return grading, None, None  # nothing differs: a plain approval
+    return grading, original_args, changed
 
 
 async def decide(
@@ -243,7 +94,8 @@ async def decide(
     """Record the first answer to the current attempt of a checkpoint and move its execution on.
 
     A person's decision (`via` email, web, chat or api) is taken only when `by` may decide this attempt
-    now (review/access.py); otherwise NotReviewer, and the caller rolls the transaction back.
+    now (review/access.py); otherwise NotReviewer. On any DecisionError the caller rolls the transaction back:
+    some are raised after the compare-and-set below.
 
     Compare-and-set on the checkpoint's status (and `attempt`, when the caller answers a known one,
     e.g. an e-mail link): of two concurrent answers exactly one passes; the other gets AlreadyDecided
@@ -272,23 +124,6 @@ async def decide(
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
     rating, labels = checked_grade(rating, labels)
-    # The worker's automatic passes (the without-verification hot path) never answer a grade: no read for them.
-    grading = via != Channel.AUTO and (
-        await session.scalar(sa.select(Checkpoint.origin).where(Checkpoint.id == checkpoint_id))
-        == CheckpointOrigin.GRADE
-    )
-    if decision == "reject" and via in PERSON_CHANNELS and not comment.strip() and not grading:
-        raise InvalidInput("/comment", REJECT_NEEDS_COMMENT)
-    original_args: dict[str, Any] | None = None
-    if edited_args is not None:
-        if decision != "approve":
-            raise InvalidInput("/editedArgs", "may only come with approve: a rejection changes nothing")
-        if not isinstance(edited_args, dict) or not edited_args:
-            raise InvalidInput("/editedArgs", "must be an object naming at least one argument")
-        proposed = await session.scalar(sa.select(Checkpoint.next_action).where(Checkpoint.id == checkpoint_id))
-        original_args, edited_args = _checked_edits(proposed, edited_args)
-        if not edited_args:
-            original_args = edited_args = None  # nothing differs: a plain approval
     from_status = "pending" if via == "auto" else "awaiting_review"
     new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
     if via == "auto":
@@ -299,15 +134,23 @@ async def decide(
     where = [checkpoints.id == checkpoint_id, checkpoints.status == from_status]
     if attempt is not None:
         where.append(checkpoints.attempt == attempt)
+    # What the answer is checked against (the origin: a grade needs no comment; the proposed call: the edits)
+    # comes back from the compare-and-set itself: no read before it. An answer refused by those checks raises
+    # before anything else is decided, and the caller's rollback undoes the compare-and-set, as for NotReviewer.
+    against = (checkpoints.origin, *([checkpoints.next_action] if edited_args is not None else ()))
     won = (
         await session.execute(
             sa.update(CHECKPOINTS)
             .where(*where)
             .values(status=new_status)
-            .returning(checkpoints.execution_id, checkpoints.attempt)
+            .returning(checkpoints.execution_id, checkpoints.attempt, *against)
         )
     ).first()
     if won is None:
+        # Lost, or nothing to win: the answer is checked first all the same, so a malformed one is told so
+        # whatever the checkpoint's state, as before the compare-and-set.
+        found = (await session.execute(sa.select(*against).where(checkpoints.id == checkpoint_id))).first()
+        grading, _, _ = _checked_answer(decision, via, comment, edited_args, *(found or (None, None)))
         existing = await decision_for(session, checkpoint_id, attempt)
         if existing is not None:
             raise AlreadyDecided(existing)
@@ -318,7 +161,8 @@ async def decide(
         if status in FINAL and not grading:
             raise ExecutionNotWaiting(f"the execution is {status}; this checkpoint will not be reached")
         raise NotAwaitingReview("the agent has not reached this checkpoint yet")
-    execution_id, current_attempt = won
+    grading, original_args, edited_args = _checked_answer(decision, via, comment, edited_args, *won[2:])
+    execution_id, current_attempt = won[0], won[1]
     if via in PERSON_CHANNELS:
         # Checked here, on the execution row locked (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises), so a
         # PATCH that names another reviewer is either wholly before this decision or wholly after it.

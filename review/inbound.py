@@ -115,6 +115,8 @@ class _Handler:
         try:
             return await self._decide(token, message, mail_from, peer)
         except _Refused as refused:
+            if str(refused) == "disabled":
+                return "ignored: the reviewer's account is disabled"
             return f"ignored: the review is {refused}"
 
     async def _decide(self, token: str, message: EmailMessage, mail_from: str, peer: str | None) -> str:

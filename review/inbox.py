@@ -24,7 +24,9 @@ from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import CsrfError, client_addr, login_required, see_other, viewer
 from review.access import may_decide
-from review.decisions import DecisionError, InvalidInput, decide, decision_history
+from review.decision_errors import DecisionError, InvalidInput
+from review.decision_records import decision_history
+from review.decisions import decide
 
 blueprint = Blueprint("review_inbox", __name__, url_prefix="/review/inbox")
 
@@ -258,7 +260,7 @@ async def decide_here(checkpoint_id: str) -> Response | tuple[str, int]:
             labels=grade["labels"],
         )
     except InvalidInput as exc:
-        # Refused before anything was written; the 422 rolls the request's transaction back all the same.
+        # The 422 rolls the request's transaction back, and with it anything decide() wrote before refusing.
         page = await _detail(
             session,
             checkpoint,

@@ -20,7 +20,9 @@ from core.web.headers import add_page_headers
 from core.web.services import services
 from core.web.sessions import PRESESSION_COOKIE, client_addr, presession_secret, read_cookie, token_digest
 from review.by_mail import LinkRefused, LinkState, decide_by_link, link_state
-from review.decisions import InvalidInput, Verdict, checked_grade
+from review.decision_errors import InvalidInput
+from review.decision_input import checked_grade
+from review.decisions import Verdict
 from review.links import find_link
 from review.notify import base_url
 

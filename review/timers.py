@@ -32,6 +32,7 @@ from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, ReviewTimer, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel, CheckpointOrigin, EventType
+from review.access import disabled
 from review.decisions import Outcome, decide
 
 log = logging.getLogger(__name__)
@@ -113,13 +114,15 @@ async def fire(session: AsyncSession, settings: Settings, timer: ReviewTimer, no
         return False
     if timer.kind in ("reminder", "escalation"):
         to = execution.assigned_reviewer if timer.kind == "reminder" else execution.backup_reviewer
-        if not to:
-            return False
-        opening = (
-            "A reminder: this checkpoint still waits for your review."
-            if timer.kind == "reminder"
-            else f"This checkpoint has waited for {execution.assigned_reviewer} too long; you may decide it now."
-        )
+        if not to or await disabled(session, to):
+            return False  # a disabled reviewer may not decide (review/access.py): nothing to remind them of
+        if timer.kind == "reminder":
+            opening = "A reminder: this checkpoint still waits for your review."
+        elif execution.assigned_reviewer and await disabled(session, execution.assigned_reviewer):
+            # Brought forward when the assigned reviewer was disabled (review/disabled_reviewer.py).
+            opening = f"{execution.assigned_reviewer} can no longer decide this checkpoint; you may decide it now."
+        else:
+            opening = f"This checkpoint has waited for {execution.assigned_reviewer} too long; you may decide it now."
         await enqueue_mail(
             session,
             message_key=f"review-timer:{timer.id}",

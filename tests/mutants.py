@@ -38,6 +38,9 @@ CLAIMS = "tests/agents/test_claims.py"
 MAIL = "tests/core/test_mail.py"
 WEBHOOKS = "tests/core/test_webhooks.py"
 CHAOS = "tests/e2e/test_chaos.py"
+TRACES = "tests/core/test_trace_export.py"
+GRADING = "tests/review/test_grading.py"
+VERDICTS = "tests/api/test_verdicts.py"
 
 
 @dataclass(frozen=True)
@@ -52,29 +55,32 @@ class Mutant:
 # Left out as equivalent (no behaviour can tell them apart, so no test can catch them): review/links.py's
 # compare-and-set on used_at (decide's compare-and-set on the checkpoint already lets one answer through);
 # review/inbound.py's purpose check (only reply tokens are hex, and only hex matches a reply's address or
-# subject).
+# subject); review/access.py's `may_decide` asking whether the assigned reviewer is disabled (its callers, the
+# inbox and the chat, act for a signed-in person, and a disabled user has no session: `decide` asks again).
 MUTANTS = [
     # The one decision function.
     Mutant("decide: the who-may-decide check", "review/decisions.py",
            "        if not await reviewer_may_decide(", "        if False and not await reviewer_may_decide(",
            (DECIDE, WHO)),
     Mutant("decide: compare-and-set on the checkpoint's status", "review/decisions.py",
-           "    where = [Checkpoint.id == checkpoint_id, Checkpoint.status == from_status]",
-           "    where = [Checkpoint.id == checkpoint_id]", (DECIDE,)),
+           "    where = [checkpoints.id == checkpoint_id, checkpoints.status == from_status]",
+           "    where = [checkpoints.id == checkpoint_id]", (DECIDE,)),
     Mutant("decide: bound to the attempt answered", "review/decisions.py",
-           "        where.append(Checkpoint.attempt == attempt)", "        pass", (DECIDE, REVISE)),
+           "        where.append(checkpoints.attempt == attempt)", "        pass", (DECIDE, REVISE)),
     Mutant("decide: only a waiting execution moves on", "review/decisions.py",
-           '        .where(Execution.id == execution_id, Execution.status == "awaiting_review")',
-           "        .where(Execution.id == execution_id)", ("tests/api/test_manage_endpoints.py",)),
+           '    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"), EXECUTIONS.c.status == "awaiting_review")',
+           '    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"))', ("tests/api/test_manage_endpoints.py",)),
     # The rule itself.
     Mutant("rule: the backup only once escalated", "review/access.py",
-           "    return await escalated(session, checkpoint_id, attempt)", "    return True", (DECIDE, WHO)),
+           "        named = await escalated(session, checkpoint_id, attempt)", "        named = True", (DECIDE, WHO)),
+    Mutant("rule: a disabled reviewer decides", "review/access.py",
+           "    return named and not await disabled(session, email)", "    return named", (WHO,)),
     Mutant("rule: may_decide lets anyone in", "review/access.py",
            "    if email == execution.assigned_reviewer:", "    if True:", (WHO,)),
     # Each channel's own check.
     Mutant("api: the reviewer-or-owner pre-check", "api/decisions.py",
-           "    if execution is None or not (is_reviewer or execution.user_id == caller.user_id):",
-           "    if execution is None:", (WHO, API_DECISION)),
+           "    if found is None or not (is_reviewer or found.user_id == caller.user_id):",
+           "    if found is None:", (WHO, API_DECISION)),
     Mutant("api: the owner who is not the reviewer", "api/decisions.py",
            "    if not is_reviewer:", "    if False:", (WHO, API_DECISION)),
     Mutant("inbox: the decide route's check", "review/inbox.py",
@@ -109,6 +115,8 @@ MUTANTS = [
     Mutant("mail link: a replaced reviewer's link", "review/by_mail.py",
            "    elif link.reviewer_email != execution.assigned_reviewer or link.used_at is not None:",
            "    elif False:", (WHO, TOKENS)),
+    Mutant("mail link: a disabled reviewer's link", "review/by_mail.py",
+           "    elif await disabled(session, link.reviewer_email):", "    elif False:", (WHO,)),
     Mutant("mail link: the form's CSRF token", "review/pages.py",
            '    if not _csrf_ok(link, form.get("csrf_token")):', "    if False:", (LINKS,)),
     Mutant("reassign: the old reviewer's links are spent", "review/reassign.py",
@@ -134,8 +142,28 @@ MUTANTS = [
     Mutant("tool call: an unknown outcome is not repeated unasked", "agents/offline_steps.py",
            '            if not fresh and call.status == "started" and not TOOLS[call.tool].repeatable(call.args):',
            "            if False:", (RUNNER,)),
-    Mutant("webhook: the delivery lease", "core/webhook_sender.py",
-           "locked_until=now + lease)", "locked_until=now)", (WEBHOOKS,)),
+    Mutant("outbox: the lease taken by a claim (webhook deliveries, trace exports)", "core/outbox_claims.py",
+           "locked_until=now + lease)", "locked_until=now)", (WEBHOOKS, TRACES)),
+    Mutant("outbox: a live lease is not claimed again", "core/outbox_claims.py",
+           "            sa.or_(table.locked_until.is_(None), table.locked_until < now),", "            sa.true(),",
+           (WEBHOOKS, TRACES)),
+    Mutant("trace export: queued with the event that completes its unit", "core/events.py",
+           "            queue_spans_for_event(session, event.execution_id, event.type, event.payload)",
+           "            pass", (TRACES,)),
+    Mutant("trace export: a unit is queued only once complete", "core/trace_outbox.py",
+           "    else:\n        return\n    now = utcnow()", "    else:\n        unit = RUN_UNIT\n    now = utcnow()",
+           (TRACES,)),
+    Mutant("trace export: a lapsed claim does not record over its successor", "core/trace_export.py",
+           "            .where(TraceExport.id == row.id, TraceExport.attempts == row.attempts)",
+           "            .where(TraceExport.id == row.id)", (TRACES,)),
+    Mutant("scoring: a held lease is not claimed again", "agents/scoring.py",
+           "        sa.or_(Execution.verdict_lease_until.is_(None), Execution.verdict_lease_until < now),",
+           "        sa.true(),", (GRADING,)),
+    Mutant("scoring: the lease is taken", "agents/scoring.py",
+           ".values(verdict_lease_until=now + timedelta(seconds=settings.worker_lease_seconds))",
+           ".values(verdict_lease_until=now)", (GRADING,)),
+    Mutant("scoring: only a run still to score is claimed", "agents/scoring.py",
+           "        Execution.verdict_state == VerdictState.PENDING,\n", "", (GRADING, VERDICTS)),
 ]  # fmt: skip
 
 

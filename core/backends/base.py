@@ -6,6 +6,7 @@ Feature modules never test which database they run on: they ask the session's ba
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -97,9 +98,9 @@ class Backend(ABC):
         """Write the event `rows` whose seqs a claim or create statement took, unless that statement (as
         `claim_statement` or `create_statement` made it) wrote them itself."""
 
-    @abstractmethod
     def companion_statement(self, shape: Shape) -> DirectStatement:
         """A companion row's INSERT (or upsert) on its own, built once per shape."""
+        return _companion_statement(self, shape)
 
     @abstractmethod
     async def append_events(
@@ -123,6 +124,11 @@ def event_rows(
         {"execution_id": execution_id, "seq": first + n, "type": type_, "payload": payload, "created_at": now}
         for n, (type_, payload) in enumerate(items)
     ]
+
+
+@functools.cache
+def _companion_statement(backend: Backend, shape: Shape) -> DirectStatement:
+    return DirectStatement(companion_insert(backend.insert(shape[0]), shape, None))
 
 
 def companion_insert(insert: Insert, shape: Shape, source: Any) -> Any:

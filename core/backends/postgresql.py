@@ -64,11 +64,6 @@ def _created_with_event(insert: sa.Insert) -> DirectStatement:
 
 
 @functools.cache
-def _companion_statement(shape: Shape) -> DirectStatement:
-    return DirectStatement(companion_insert(postgresql.insert(shape[0]), shape, None))
-
-
-@functools.cache
 def _allocate_and_insert(allocation: DirectStatement, count: int, companions: tuple[Shape, ...]) -> DirectStatement:
     """`allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one statement,
     with the rows of `companions` (their shapes) only when the allocation matched. Parameters as the
@@ -131,9 +126,6 @@ class PostgresBackend(Backend):
 
     async def write_taken_events(self, session: AsyncSession, rows: list[dict[str, Any]]) -> None:
         return  # the claim's or create's own statement wrote them (`claim_statement`, `create_statement`)
-
-    def companion_statement(self, shape: Shape) -> DirectStatement:
-        return _companion_statement(shape)
 
     async def append_events(
         self,

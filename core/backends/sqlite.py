@@ -13,7 +13,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectCursor, DirectStatement, run_direct
-from core.backends.base import Backend, Companion, SelectT, Shape, companion_insert, event_rows
+from core.backends.base import Backend, Companion, SelectT, event_rows
 from core.models import EVENTS, EXECUTIONS, utcnow
 from core.sql import one_of
 
@@ -25,11 +25,6 @@ def _slot_free(statuses: tuple[str, ...]) -> sa.ColumnElement[bool]:
     active = (EXECUTIONS.c.api_key_id == sa.bindparam("key_id"), one_of(EXECUTIONS.c.status, statuses))
     limit = sa.bindparam("slot_limit", type_=sa.Integer())
     return sa.select(sa.func.count()).select_from(EXECUTIONS).where(*active).scalar_subquery() < limit
-
-
-@functools.cache
-def _companion_statement(shape: Shape) -> DirectStatement:
-    return DirectStatement(companion_insert(sqlite.insert(shape[0]), shape, None))
 
 
 class SqliteBackend(Backend):
@@ -68,9 +63,6 @@ class SqliteBackend(Backend):
         # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
         await run_direct(session, lambda cursor: cursor.executemany(_INSERT_EVENTS, rows))
 
-    def companion_statement(self, shape: Shape) -> DirectStatement:
-        return _companion_statement(shape)
-
     async def append_events(
         self,
         session: AsyncSession,
@@ -87,7 +79,7 @@ class SqliteBackend(Backend):
             if not allocated:
                 return None
             for companion in companions:
-                cursor.execute(_companion_statement(companion.shape), companion.row)
+                cursor.execute(self.companion_statement(companion.shape), companion.row)
             rows = event_rows(execution_id, allocated[0][0] - len(items) + 1, items, now)
             cursor.executemany(_INSERT_EVENTS, rows)
             return rows

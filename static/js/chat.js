@@ -4,6 +4,7 @@
 // `pending` until the gap before them fills, and a gap that stays open is asked for again. How one event
 // becomes an item is chat-view.js's business.
 import { createView, slot } from "./chat-view.js";
+import { pageSocket, whenConnected } from "./page-socket.js";
 
 (function () {
   const root = document.getElementById("chat");
@@ -20,6 +21,7 @@ import { createView, slot } from "./chat-view.js";
   const pending = new Map();
   let socket = null;
   let joining = false;
+  let denied = false;
   let joinAgain = false;
   let gapTimer = null;
   let unseen = 0;
@@ -111,7 +113,7 @@ import { createView, slot } from "./chat-view.js";
   // ---- the socket -----------------------------------------------------------------------------------
 
   function join() {
-    if (!socket || !socket.connected) {
+    if (!socket || !socket.connected || denied) {
       return;
     }
     if (joining) {
@@ -127,7 +129,8 @@ import { createView, slot } from "./chat-view.js";
       }
       if (!answer || !answer.ok) {
         view.setConn("denied", (answer && answer.message) || "Not allowed");
-        socket.disconnect();
+        // Not disconnected: on a signed-in page the connection is the navigation's too (page-socket.js).
+        denied = true;
         return;
       }
       view.canDecide = Boolean(answer.canDecide);
@@ -225,10 +228,12 @@ import { createView, slot } from "./chat-view.js";
     }
     view.setConn("connecting", "Connecting…");
     const auth = token ? { executionId, token } : { executionId };
-    socket = window.io("/chat", { transports: ["websocket"], auth });
-    socket.on("connect", () => {
-      view.setConn("live", "Live");
-      join();
+    socket = pageSocket(auth);
+    whenConnected(() => {
+      if (!denied) {
+        view.setConn("live", "Live");
+        join();
+      }
     });
     socket.on("connect_error", (error) => {
       if (error && error.message === "unauthorized") {
@@ -238,6 +243,9 @@ import { createView, slot } from "./chat-view.js";
       }
     });
     socket.on("disconnect", () => {
+      if (denied) {
+        return;
+      }
       view.setConn("offline", "Reconnecting…");
     });
     socket.on("event", (message) => ingest([message]));

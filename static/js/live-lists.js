@@ -2,13 +2,15 @@
 // page (the review inbox, the executions list: the element marked data-live-list), kept current. The server only
 // says that something of yours changed (`lists`, chat/lists.py); this page then fetches itself again with its
 // own session and swaps the list in, so it shows exactly what a reload would.
+import { pageSocket, whenConnected } from "./page-socket.js";
+
 (function () {
   if (typeof window.io !== "function") {
     return;
   }
   const badge = document.getElementById("nav-count");
   const list = document.querySelector("[data-live-list]");
-  const socket = window.io("/chat", { transports: ["websocket"], forceNew: true });
+  const socket = pageSocket();
   let fetching = null;
   let again = false;
 
@@ -58,7 +60,7 @@
     }
   }
 
-  socket.on("connect", watch);
+  whenConnected(watch);
   socket.on("lists", () => {
     watch();
     refresh();

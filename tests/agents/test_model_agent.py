@@ -22,6 +22,7 @@ from core.vocabulary import Channel
 from review import decide
 from tests.agents.test_runner import REVIEWER, claim_and_run, new_execution, snapshot
 from tests.support.fake_llm import FakeLLM, call, fail, fake_llm, last_tool_result, say
+from tests.support.route_server import route_server
 
 MAIL_TASK = "E-mail the weekly report to boss@example.com."
 MAIL = {"to": "boss@example.com", "subject": "Weekly report", "body": "All green."}
@@ -291,6 +292,18 @@ async def test_http_request_to_loopback_is_refused_and_the_model_is_told(db: Dat
         assert [(c.tool, c.status) for c in snap.calls] == [("http_request", "failed")]
 
 
+async def dies_mid_request(db: Database, config: Settings, exe: str, arrived: asyncio.Event) -> None:
+    """A worker claims `exe` and is gone once its request has `arrived` at the server; its lease has run out."""
+    got = await claim_next(db, "worker-1", 30)
+    assert got is not None
+    doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())
+    await asyncio.wait_for(arrived.wait(), 10)
+    doomed.cancel()
+    await asyncio.gather(doomed, return_exceptions=True)
+    async with db.transaction() as session:
+        await session.execute(sa.update(Execution).where(Execution.id == exe).values(lease_until=utcnow()))
+
+
 async def test_a_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, settings: Settings) -> None:
     """The worker dies while a POST is in flight: the next worker does not know whether it happened, so a
     human decides; rejecting tells the model it was not repeated."""
@@ -303,59 +316,45 @@ async def test_a_post_cut_off_mid_request_is_not_repeated_blindly(db: Database, 
         await released.wait()  # answers only once the test is over: the worker never hears back
         return web.Response(text="charged")
 
-    app = web.Application()
-    app.router.add_post("/charge", hang)
-    app_runner = web.AppRunner(app)
-    await app_runner.setup()
-    site = web.TCPSite(app_runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{app_runner.addresses[0][1]}/charge"
-    try:
-        async with fake_llm(
-            call("http_request", method="POST", url=url, body='{"amount": 5}'),
-            lambda body: call("finish", summary=last_tool_result(body)),
-        ) as llm:
-            config = model_settings(settings, llm, agent_http_allowlist=parse_allowlist("127.0.0.0/8"))
-            exe = await new_execution(
-                db,
-                config,
-                "Charge the customer.",
-                test_mode="with-verification",
-                agent_model="openai:scripted",
-                assignedReviewer=REVIEWER,
-            )
-            got = await claim_next(db, "worker-1", 30)
-            assert got is not None
-            doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())
-            await asyncio.wait_for(arrived.wait(), 10)
-            doomed.cancel()  # the worker is gone mid-request; its lease is left to run out
-            await asyncio.gather(doomed, return_exceptions=True)
-            async with db.transaction() as session:
-                await session.execute(sa.update(Execution).where(Execution.id == exe).values(lease_until=utcnow()))
-            await run(db, config)
-            snap = await snapshot(db, exe)
-            assert snap.execution.status == "awaiting_review"
-            [awaiting] = snap.payloads("checkpoint.awaiting_review")
-            assert awaiting["stage"] == "Outcome unknown after a crash"
-            assert awaiting["nextAction"]["args"]["url"] == url
-            assert len(hits) == 1
-            async with db.transaction() as session:
-                await decide(
-                    session,
-                    awaiting["checkpointId"],
-                    "reject",
-                    by=REVIEWER,
-                    via=Channel.WEB,
-                    comment="It went through; do not charge twice.",
+    async with route_server("/charge", hang) as url:
+        try:
+            async with fake_llm(
+                call("http_request", method="POST", url=url, body='{"amount": 5}'),
+                lambda body: call("finish", summary=last_tool_result(body)),
+            ) as llm:
+                config = model_settings(settings, llm, agent_http_allowlist=parse_allowlist("127.0.0.0/8"))
+                exe = await new_execution(
+                    db,
+                    config,
+                    "Charge the customer.",
+                    test_mode="with-verification",
+                    agent_model="openai:scripted",
+                    assignedReviewer=REVIEWER,
                 )
-            await run(db, config)
-            snap = await snapshot(db, exe)
-            assert snap.execution.status == "completed"
-            assert "do not charge twice" in last_tool_result(llm.requests[1])
-            assert len(hits) == 1
-    finally:
-        released.set()
-        await app_runner.cleanup()
+                await dies_mid_request(db, config, exe, arrived)
+                await run(db, config)
+                snap = await snapshot(db, exe)
+                assert snap.execution.status == "awaiting_review"
+                [awaiting] = snap.payloads("checkpoint.awaiting_review")
+                assert awaiting["stage"] == "Outcome unknown after a crash"
+                assert awaiting["nextAction"]["args"]["url"] == url
+                assert len(hits) == 1
+                async with db.transaction() as session:
+                    await decide(
+                        session,
+                        awaiting["checkpointId"],
+                        "reject",
+                        by=REVIEWER,
+                        via=Channel.WEB,
+                        comment="It went through; do not charge twice.",
+                    )
+                await run(db, config)
+                snap = await snapshot(db, exe)
+                assert snap.execution.status == "completed"
+                assert "do not charge twice" in last_tool_result(llm.requests[1])
+                assert len(hits) == 1
+        finally:
+            released.set()  # before the server's cleanup, which waits for the hanging request
 
 
 async def test_anthropic_models_run_through_anthropics_own_client(

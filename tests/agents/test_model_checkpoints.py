@@ -11,24 +11,21 @@ from __future__ import annotations
 import asyncio
 import json
 
-import sqlalchemy as sa
 from aiohttp import web
 
-from agents.claims import claim_next
 from agents.gates import UNKNOWN_OUTCOME_STAGE
-from agents.runner import ExecutionRunner
 from agents.tools import TOOLS
 from core.allowlist import parse_allowlist
 from core.db import Database
-from core.models import Execution, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel
 from review import decide as review_decide
-from tests.agents.test_model_agent import MAIL, MAIL_TASK, model_settings, run
+from tests.agents.test_model_agent import MAIL, MAIL_TASK, dies_mid_request, model_settings, run
 from tests.agents.test_runner import REVIEWER, new_execution, snapshot
 from tests.api.helpers import account, create_ok, decide, get_status, task
 from tests.conftest import Service
 from tests.support.fake_llm import Answer, call, fake_llm, last_tool_result
+from tests.support.route_server import route_server
 
 SEND_IT = {"stage": "Send it?", "verificationQuestion": "May the report go to the boss?"}
 INJECTION = (
@@ -205,14 +202,7 @@ async def test_an_http_request_waits_at_the_caller_checkpoint_too(db: Database, 
         hits.append(await request.text())
         return web.Response(text="ok")
 
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    app_runner = web.AppRunner(app)
-    await app_runner.setup()
-    site = web.TCPSite(app_runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{app_runner.addresses[0][1]}/hook"
-    try:
+    async with route_server("/hook", hook) as url:
         async with fake_llm(
             Answer(text=INJECTION, tool_calls=[("http_request", {"method": "POST", "url": url, "body": "go"})]),
             call("finish", summary="posted"),
@@ -237,8 +227,6 @@ async def test_an_http_request_waits_at_the_caller_checkpoint_too(db: Database, 
             await run(db, config)
             assert (await snapshot(db, exe)).execution.status == "completed"
             assert hits == ["go"]
-    finally:
-        await app_runner.cleanup()
 
 
 async def test_workspace_tools_are_not_held_by_a_caller_checkpoint(db: Database, settings: Settings) -> None:
@@ -294,14 +282,7 @@ async def test_an_approved_post_cut_off_mid_request_is_not_repeated_blindly(db: 
             [awaiting] = (await snapshot(db, exe)).payloads("checkpoint.awaiting_review")
             async with db.transaction() as session:
                 await review_decide(session, awaiting["checkpointId"], "approve", by=REVIEWER, via=Channel.API)
-            got = await claim_next(db, "worker-1", 30)
-            assert got is not None
-            doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())
-            await asyncio.wait_for(arrived.wait(), 10)
-            doomed.cancel()  # the worker is gone mid-request; its lease is left to run out
-            await asyncio.gather(doomed, return_exceptions=True)
-            async with db.transaction() as session:
-                await session.execute(sa.update(Execution).where(Execution.id == exe).values(lease_until=utcnow()))
+            await dies_mid_request(db, config, exe, arrived)
             await run(db, config)
             snap = await snapshot(db, exe)
             assert len(hits) == 1

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from api.apidocs import doc_text
 from api.openapi import DOCS_PATH, OPENAPI_PATH, build_document
 from api.openapi_answers import PROBLEM_CODES
-from api.openapi_models import Channel, ExecutionStatus
+from api.openapi_fields import Channel, ExecutionStatus
 from api.openapi_operations import OPERATIONS
 from api.openapi_schemas import component_schemas
 from api.schemas import CreateTaskIn

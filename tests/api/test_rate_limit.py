@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 
-from api.ratelimit import REDIS_PREFIX, InProcessRateLimiter, Policy
+from api.ratelimit import REDIS_PREFIX, InProcessRateLimiter, Policy, RedisRateLimiter
 from core.apikeys import generate_key
 from core.models import Execution
 from core.settings import Settings, SettingsError, load_settings
@@ -142,10 +142,27 @@ async def test_an_unreachable_redis_limits_per_process_instead_of_failing(settin
     assert looked_up.status_code == 404 and looked_up.headers["X-RateLimit-Remaining"] == "98"
 
 
+async def on_a_stopped_clock(service: Service, clock: FakeClock) -> None:
+    """The app's own Redis limiter (its URL and policy), with time stopped and no deadline on Redis's answers.
+
+    The test used to assume both, and a loaded machine broke them: 150 requests at once in one process can stall
+    its event loop past the limiter's 2 s deadline while an answer is owed (the limiter then falls back to a
+    per-process budget, as it should when Redis hangs: tests/api/test_ratelimit_redis.py), and a slow enough run
+    would let a request's interval come back. Neither is what sharing one budget is about."""
+    services = service.app.extensions["vouch"]
+    built = services.rate_limiter
+    assert isinstance(built, RedisRateLimiter) and built.policy == Policy(100, 60)
+    await built.close()
+    services.rate_limiter = RedisRateLimiter(REDIS_URL, built.policy, clock=clock, timeout=3600.0)
+
+
 async def test_two_apps_sharing_redis_share_one_budget(settings: Settings) -> None:
-    # An hour-long window: no request comes back during the test, so exactly 100 of 150 pass.
-    shared = settings.with_changes(redis_url=REDIS_URL, rate_limit_window_seconds=3600)
+    # Time stopped: no request comes back during the test, so exactly 100 of 150 pass.
+    shared = settings.with_changes(redis_url=REDIS_URL)
+    clock = FakeClock()
     async with serving(shared) as first, serving(shared) as second:
+        for service in (first, second):
+            await on_a_stopped_clock(service, clock)
         acct = await account(first, f"owner-{uuid.uuid4().hex[:8]}@example.com", "eval:manage")
         try:
             answers = await asyncio.gather(

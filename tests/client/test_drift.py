@@ -19,6 +19,7 @@ from vouch_client import calls, cli, models
 from vouch_client.errors import _BY_STATUS
 from vouch_client.webhooks import sign as client_sign
 
+from api import openapi_fields
 from api import openapi_models as served
 from api.openapi_answers import PROBLEM_CODES
 from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
@@ -81,10 +82,10 @@ def _literal(model: type[BaseModel], name: str) -> set[Any]:
 
 def test_statuses_and_choices_match() -> None:
     assert models.FINAL_STATUSES == FINAL_STATUSES
-    assert FINAL_STATUSES <= set(get_args(served.ExecutionStatus))
+    assert FINAL_STATUSES <= set(get_args(openapi_fields.ExecutionStatus))
     # The CLI's exit codes name every final status, and `waiting_checkpoint` looks for a status the server uses.
     assert set(cli.EXIT_CODES) == FINAL_STATUSES
-    assert "awaiting_review" in get_args(served.CheckpointStatus)
+    assert "awaiting_review" in get_args(openapi_fields.CheckpointStatus)
     assert set(models.OUTCOME_EVENTS) == ENDING_EVENTS
     assert all(event == f"execution.{status}" for event, status in models.OUTCOME_EVENTS.items())
     for field in ("testMode", "onDeadline"):

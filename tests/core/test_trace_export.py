@@ -7,20 +7,29 @@ the API, and the model agent against the local OpenAI-compatible server, which r
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 import sqlalchemy as sa
+from aiohttp import web
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
 from api.app import create_app
-from core.models import TraceExport
+from core.db import Database
+from core.ids import new_id
+from core.models import TraceExport, utcnow
 from core.settings import Settings, load_settings
-from core.trace_spans import span_id_of, trace_id_of
+from core.trace_export import export_due
+from core.trace_spans import SpanBuilder, service_resource, span_id_of, trace_id_of
 from tests.api.helpers import account, create_ok, decide, has_status, paused_at, task, wait_for
-from tests.conftest import Account, Service, bearer
+from tests.api.rows import insert_execution
+from tests.conftest import Account, Service, bearer, make_account
 from tests.support.fake_llm import call, fake_llm
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
+from tests.support.route_server import route_server
 from tests.support.waiting import until
 
 NOTE = 'Write a note called plan.md saying "ship it".'
@@ -223,3 +232,39 @@ async def test_an_external_agent_s_run_exports_what_it_reported(settings: Settin
     assert tool.parent_id == run.span_id
     assert tool.span.end_time_unix_nano - tool.span.start_time_unix_nano == 35_000_000
     assert len(spans) == 3
+
+
+async def test_a_claim_whose_lease_lapsed_does_not_record_over_its_successor(db: Database, settings: Settings) -> None:
+    """Worker A's collector hangs: while A's lease holds, B finds nothing to export; once it has run out, B claims
+    the unit and sends it, and A's late refusal then changes nothing (else the unit would go back to pending and
+    reach the collector twice)."""
+    owner = await make_account(db, settings, OWNER)
+    execution_id, _ = await insert_execution(db, owner, status="completed")
+    async with db.transaction() as session:
+        session.add(TraceExport(id=new_id("trc"), execution_id=execution_id, unit="run", status="pending",
+                                attempts=0, next_attempt_at=utcnow(), created_at=utcnow()))  # fmt: skip
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def hanging(request: web.Request) -> web.Response:
+        arrived.set()
+        await release.wait()
+        return web.Response(status=400)  # not retried by the exporter: A's export fails at once
+
+    builder = SpanBuilder(service_resource(), None)
+    async with route_server("/v1/traces", hanging) as hanging_url, otlp_receiver() as receiver:
+        try:
+            a = asyncio.create_task(export_due(db, settings, builder, OTLPSpanExporter(endpoint=hanging_url)))
+            await asyncio.wait_for(arrived.wait(), 20)
+            fast = OTLPSpanExporter(endpoint=receiver.traces_endpoint)
+            assert await export_due(db, settings, builder, fast) == 0  # A's lease holds: nothing for B
+            async with db.transaction() as session:  # A's lease runs out meanwhile
+                await session.execute(sa.update(TraceExport).values(locked_until=utcnow() - timedelta(seconds=1)))
+            assert await export_due(db, settings, builder, fast) == 1
+            release.set()
+            assert await a == 1
+            assert len(receiver.spans_of(execution_id)) > 0
+        finally:
+            release.set()  # a failed assertion above must not leave A's request hanging
+    async with db.reading() as session:
+        row = await session.scalar(sa.select(TraceExport))
+    assert row is not None and (row.status, row.attempts, row.last_error) == ("sent", 2, None)

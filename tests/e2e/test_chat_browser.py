@@ -108,10 +108,13 @@ async def open_chat(context: BrowserContext, url: str) -> Page:
     page.on("dialog", dialog_opened)
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    websockets: list[str] = []
+    page.on("websocket", lambda socket: websockets.append(socket.url))
     page.set_default_timeout(20_000)
     await page.goto(url)
     await page.wait_for_selector("#chat[data-joined=true]", state="attached")
     page.errors = errors  # type: ignore[attr-defined]
+    page.websockets = websockets  # type: ignore[attr-defined]
     return page
 
 
@@ -174,6 +177,10 @@ async def test_approving_from_the_card_lets_the_run_continue(
     page = await open_chat(context, f"{embedded}/chat/{created['executionId']}")
     form = page.locator("form.cp-form")
     await form.wait_for(state="visible")
+    # The signed-in page's two live parts, the chat and the navigation's review count, share one connection.
+    await page.wait_for_selector("html[data-lists-watched=true]", state="attached")
+    assert await page.text_content("#nav-count") == "1"
+    assert len(page.websockets) == 1, page.websockets  # type: ignore[attr-defined]
     card = page.locator(".checkpoint")
     assert "Send it to ops?" in (await card.inner_text())
     assert "send_email" in (await card.inner_text())  # what the agent will do next
@@ -192,6 +199,8 @@ async def test_approving_from_the_card_lets_the_run_continue(
         decision = await session.scalar(sa.select(Decision).where(Decision.execution_id == created["executionId"]))
     assert decision is not None
     assert (decision.via, decision.decided_by, decision.comment) == ("chat", REVIEWER, "Ship it")
+    await page.wait_for_selector("#nav-count", state="hidden")  # the count heard of the decision on that connection
+    assert len(page.websockets) == 1, page.websockets  # type: ignore[attr-defined]
     assert page.errors == []  # type: ignore[attr-defined]
 
 

@@ -119,6 +119,9 @@ async def test_a_run_is_scored_once_and_a_dead_scorers_lease_lapses(db: Database
     later = utcnow() + timedelta(seconds=settings.worker_lease_seconds + 1)
     assert await process_scoring(db, settings, models, now=later) == 1
     assert await process_scoring(db, settings, models, now=later) == 0
+    # A scored run is never claimed again, lease or not: its scorers (a paid judge's too) would run for nothing.
+    much_later = later + timedelta(seconds=2 * settings.worker_lease_seconds)
+    assert await claim_scoring(db, settings, first, much_later) is None
     async with db.reading() as session:
         rows = (
             await session.execute(

@@ -12,13 +12,14 @@ import sqlalchemy as sa
 from agents.worker import Worker
 from core.bus import InProcessBus
 from core.db import Database
-from core.models import Checkpoint, Decision, Event, Execution, MailMessage, ReviewTimer
+from core.models import Checkpoint, Decision, Event, Execution, MailMessage, ReviewTimer, User, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel
 from review import decide
 from review.access import may_decide
 from review.timers import _claim, process_due_timers
 from tests.agents.test_runner import BEFORE_SENDING, NOTE_THEN_MAIL, REVIEWER, claim_and_run, new_execution
+from tests.support.processes import run_vouch
 from tests.support.waiting import channel_of, until
 
 BACKUP = "backup@example.com"
@@ -184,3 +185,48 @@ async def test_the_worker_fires_due_timers(db: Database, settings: Settings) -> 
         stop.set()
         await running
     assert await review_events(db, exe) == ["review.reminder_sent"]
+
+
+async def test_a_disabled_reviewer_is_neither_reminded_nor_waited_for(db: Database, settings: Settings) -> None:
+    """`vouch users disable` (run as operators run it) tells the owner of the waiting execution, brings the
+    escalation forward so the backup is asked at the next poll, and no reminder goes to the disabled reviewer;
+    `vouch users enable` makes them the reviewer again."""
+    exe, checkpoint = await paused(db, settings, backupReviewer=BACKUP)
+    start = checkpoint.awaiting_since
+    assert start is not None
+    for email in (REVIEWER, BACKUP):
+        assert run_vouch(settings, "users", "create", email).returncode == 0
+    async with db.reading() as session:
+        owner = await session.scalar(sa.select(User.email).join(Execution, Execution.user_id == User.id))
+    done = run_vouch(settings, "users", "disable", REVIEWER)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        f"disabled {REVIEWER}",
+        f"execution {exe} waited for {REVIEWER}: {owner} was told; escalated to {BACKUP}",
+    ]
+    async with db.reading() as session:
+        (told,) = await session.scalars(sa.select(MailMessage).where(MailMessage.recipient == owner))
+    assert told.execution_id == exe and "Reviewer disabled" in told.subject
+    assert f"PATCH /api/eval/executions/{exe}" in told.text_body and f"{BACKUP}, is asked now" in told.text_body
+
+    # Not four hours later: the escalation is due now, and the reminder finds nobody to remind.
+    assert await process_due_timers(db, settings, utcnow() + timedelta(seconds=1)) == 1
+    assert await process_due_timers(db, settings, start + timedelta(minutes=61)) == 0
+    assert await review_events(db, exe) == ["review.escalated"]
+    async with db.reading() as session:
+        escalation = await session.scalar(sa.select(MailMessage.text_body).where(MailMessage.recipient == BACKUP))
+    assert escalation is not None and f"{REVIEWER} can no longer decide this checkpoint" in escalation
+    assert await backup_may_decide(db, exe, checkpoint, utcnow())
+    assert not await reviewer_may(db, exe, checkpoint)
+
+    enabled = run_vouch(settings, "users", "enable", REVIEWER)
+    assert (enabled.returncode, enabled.stderr) == (0, f"enabled {REVIEWER}\n")
+    assert await reviewer_may(db, exe, checkpoint)
+    again = run_vouch(settings, "users", "enable", REVIEWER)
+    assert (again.returncode, again.stderr) == (0, f"{REVIEWER} was not disabled\n")
+
+
+async def reviewer_may(db: Database, exe: str, checkpoint: Checkpoint) -> bool:
+    async with db.reading() as session:
+        execution = await session.get_one(Execution, exe)
+        return await may_decide(session, execution, checkpoint, REVIEWER, utcnow())

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import aiosmtplib
+import httpx
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -37,6 +38,7 @@ from tests.conftest import Account, Service, bearer
 from tests.review.mail_support import REPLY_TAG, chat_link_in, links_in
 from tests.support.live import live_server
 from tests.support.ports import free_port
+from tests.support.processes import run_vouch
 from tests.web.browser import Browser
 
 OWNER, RITA, ANDY, BOB, XAVI = (
@@ -327,7 +329,12 @@ CHANNELS: dict[str, Channel] = {
 
 @pytest.fixture
 def settings(settings: Settings) -> Iterator[Settings]:
-    yield settings.with_changes(inbound_smtp=f"127.0.0.1:{free_port()}", mail_from="Vouch <vouch@vouch.test>")
+    # API keys cached for the whole test: `vouch users disable` runs beside the server on no bus it hears, so a
+    # key it cached before keeps authenticating (the documented VOUCH_AUTH_CACHE_SECONDS), and deciding must
+    # still be refused then; a short cache would make that window a race with the command's start-up.
+    yield settings.with_changes(
+        inbound_smtp=f"127.0.0.1:{free_port()}", mail_from="Vouch <vouch@vouch.test>", auth_cache_seconds=3600.0
+    )
 
 
 @pytest.fixture
@@ -356,6 +363,67 @@ async def test_who_may_decide_on_every_channel(world: World, subtests: pytest.Su
 def _via(channel: str) -> str:
     return {"cli": "api", "inbox": "web", "chat link from the review mail": "chat", "mail link": "email",
             "mail reply": "email"}.get(channel, channel)  # fmt: skip
+
+
+# A disabled reviewer (`vouch users disable`, run beside the server after their key was cached and their mails
+# were sent) decides on no channel; the backup, escalated, still does. The signed-in channels end with the session.
+DISABLED: dict[str, str] = {
+    "api": "404 not_found",
+    "cli": "exit 5 not_found",
+    "inbox": "page 303, post 303",
+    "chat": "no buttons, not_assigned_reviewer",
+    "chat link from the review mail": "no buttons, not_assigned_reviewer",
+    "mail link": "page 410, post 403",  # a fresh browser: no form, so no form token (one opened before: below)
+    "mail reply": "sent",
+}
+SIGNED_IN = ("api", "cli", "inbox", "chat")
+
+
+async def _cache_keys(world: World, *emails: str) -> None:
+    """One authenticated request with each key on both servers (the test app and the live one): cached."""
+    async with httpx.AsyncClient(base_url=world.base) as live:
+        for email in emails:
+            headers = bearer(world.people[email].account.key)
+            assert (await world.service.client.get("/api/eval/status/exe_none", headers=headers)).status_code == 404
+            assert (await live.get("/api/eval/status/exe_none", headers=headers)).status_code == 404
+
+
+def _disable(world: World, email: str) -> None:
+    done = run_vouch(world.service.settings, "users", "disable", email)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_a_disabled_reviewer_decides_on_no_channel(
+    world: World, subtests: pytest.Subtests, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert set(DISABLED) == set(CHANNELS)
+    await _cache_keys(world, RITA, BOB)
+    cases = {channel: await new_case(world, escalated=True) for channel in CHANNELS}
+    opened_before, approve = Browser(world.service.app), cases["mail link"].rita.approve
+    form = await opened_before.get(approve)
+    assert form.status == 200
+    _disable(world, RITA)
+    for channel, answer in DISABLED.items():
+        with subtests.test(msg=f"{channel} by the disabled reviewer"):
+            case = cases[channel]
+            with caplog.at_level(logging.INFO, logger="review.inbound"):
+                got = await CHANNELS[channel](world, case, RITA)
+            assert (got, await decisions(world, case)) == (answer, [])
+    with subtests.test(msg="the mail link's form, opened before, posts to the page that says why"):
+        page = await opened_before.post(approve, {"csrf_token": form.csrf(), "comment": ""})
+        assert page.status == 410 and f"{RITA} has been disabled" in page.text and "/review/link/" not in page.text
+        assert await decisions(world, cases["mail link"]) == []
+    with subtests.test(msg="the reply is logged with why"):
+        assert any("ignored: the reviewer's account is disabled" in r.getMessage() for r in caplog.records)
+    with subtests.test(msg="the escalated backup still decides"):
+        assert await by_inbox(world, cases["api"], BOB) == "page 200 form listed, post 303"
+        assert await decisions(world, cases["api"]) == [(BOB, "web")]
+    # A disabled backup, escalated, is no longer a reviewer either.
+    _disable(world, BOB)
+    for channel in SIGNED_IN:
+        with subtests.test(msg=f"{channel} by the disabled backup"):
+            case = cases[channel] if channel != "api" else await new_case(world, escalated=True)
+            assert (await CHANNELS[channel](world, case, BOB), await decisions(world, case)) == (DISABLED[channel], [])
 
 
 async def test_the_replaced_reviewer_is_told_nothing_and_the_new_one_everything(world: World) -> None:
