@@ -12,6 +12,7 @@ import httpx
 from core.settings import Settings
 from tests.support.fake_llm import call, fake_llm, last_tool_result
 from tests.support.hello_server import hello_server
+from tests.support.live import HTTP_TIMEOUT
 from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, vouch_env, wait_until_healthy
 from tests.support.waiting import until
@@ -46,7 +47,7 @@ async def test_vouch_serve_keeps_the_agent_off_its_own_port_and_warns_once_of_th
         with running([VOUCH, "serve", "--port", str(port)], env, log_path) as proc:
             await wait_until_healthy(base, proc, log_path)
             async with httpx.AsyncClient(
-                base_url=base, headers={"Authorization": f"Bearer {made.stdout.strip()}"}
+                timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {made.stdout.strip()}"}
             ) as c:
                 created = await c.post(
                     "/api/eval/create-task-agent",
