@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,19 @@ from core.settings import Settings
 from tests.support.databases import PostgresTemplate, SqliteTemplate, selected_backends
 
 SECRET = b"test-secret-key-that-is-long-enough-0123456789"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): twice the CPUs, at most 4. The tests mostly wait (on PostgreSQL, servers,
+    subprocesses, a browser), so two workers per core keep the cores busy; past 4 on 2 cores, the timing-bound
+    tests and PostgreSQL's 100 connections are shared among too many. A run of tests named one by one
+    (`path::test`) stays in this process: starting workers would cost more than it saves.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, or `-n N` on the command line, chooses otherwise."""
+    if chosen := os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(chosen)
+    if config.args and all("::" in arg for arg in config.args):
+        return 0
+    return min(4, 2 * len(os.sched_getaffinity(0)))
 
 
 @pytest.fixture(scope="session")

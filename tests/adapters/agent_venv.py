@@ -33,14 +33,17 @@ def _key() -> str:
 def openai_agents_python() -> Path:
     """The venv's python, the venv made first if it is missing or was made from another pyproject."""
     VENVS.mkdir(parents=True, exist_ok=True)
-    folder = VENVS / f"openai-agents-{_key()}"
+    # Checkouts that share one .cache (git worktrees) each have a venv of their own (the client is installed from
+    # the checkout), and replace only their own stale one: never a venv another checkout's tests are running.
+    checkout = hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]
+    folder = VENVS / f"openai-agents-{checkout}-{_key()}"
     python = folder / "bin" / "python"
-    # .ci/run and a test session may both ask; one makes it, the other waits for it.
+    # .ci/run and a test session, or a session's xdist workers, may all ask; one makes it, the others wait for it.
     with (VENVS / "openai-agents.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (folder / "ready").exists():
             return python
-        for stale in VENVS.glob("openai-agents-*"):
+        for stale in VENVS.glob(f"openai-agents-{checkout}-*"):
             shutil.rmtree(stale)
         subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", REQUIREMENT], check=True)

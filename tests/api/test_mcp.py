@@ -34,6 +34,7 @@ from tests.api.test_external import (
 )
 from tests.client.conftest import accounts
 from tests.review.mail_support import links_in
+from tests.support.live import HTTP_TIMEOUT
 from tests.web.browser import _CSRF
 
 SEND = {"tool": "send_mail", "args": {"to": "team@example.com", "subject": "v2"}}
@@ -170,10 +171,14 @@ async def _decide_by_mail_link(live: Live, link: str, comment: str) -> None:
 
 def test_the_rest_checkpoint_s_key_names_the_same_checkpoint_over_mcp(live: Live) -> None:
     execution_id = start(live)
-    with httpx.Client(base_url=live.base, headers={"Authorization": f"Bearer {live.owner.key}"}) as http:
+    with httpx.Client(
+        timeout=HTTP_TIMEOUT, base_url=live.base, headers={"Authorization": f"Bearer {live.owner.key}"}
+    ) as http:
         asked = http.post(path(execution_id, "checkpoints"), json=checkpoint_body("send-1"))
         assert asked.status_code == 201, asked.text
-        with httpx.Client(base_url=live.base, headers={"Authorization": f"Bearer {live.reviewer.key}"}) as reviewer:
+        with httpx.Client(
+            timeout=HTTP_TIMEOUT, base_url=live.base, headers={"Authorization": f"Bearer {live.reviewer.key}"}
+        ) as reviewer:
             decided = reviewer.post(path(execution_id, f"checkpoints/{asked.json()['checkpointId']}/decision"),
                                     json={"decision": "approve"})
             assert decided.status_code == 200, decided.text
@@ -211,7 +216,7 @@ def test_keys_scopes_and_another_user_s_execution(live: Live) -> None:
     for key, status, code in ((None, 401, "missing_api_key"), ("svc_eval_not-a-key", 401, "invalid_api_key"),
                               (reader.key, 403, "insufficient_scope")):
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        with httpx.Client(base_url=live.base, headers=headers) as http:
+        with httpx.Client(timeout=HTTP_TIMEOUT, base_url=live.base, headers=headers) as http:
             refused = http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                                 headers={"Accept": "application/json, text/event-stream"})
         assert refused.status_code == status and refused.json()["code"] == code, refused.text

@@ -152,7 +152,9 @@ def test_log_format_setting(tmp_path: object) -> None:
 async def _socket_count(base: str) -> float | None:
     import httpx
 
-    async with httpx.AsyncClient() as client:
+    from tests.support.live import HTTP_TIMEOUT
+
+    async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as client:
         text = (await client.get(f"{base}/metrics")).text
     return sample(text, "vouch_socketio_connections")
 

@@ -91,7 +91,11 @@ async def test_a_view_token_opens_its_own_execution_only(
     (their_seq,) = await append(worker_db, theirs)
     (our_seq,) = await append(worker_db, mine)
     await watcher.until_live(mine, our_seq)
-    assert [(m["executionId"], m["seq"]) for m in watcher.live] == [(mine, our_seq)]
+    # Nothing of theirs; of ours, past the replay only the new event (what was committed before the join may also
+    # come live, late through Redis: see test_the_reviewer_decides_from_the_card_and_every_watcher_sees_it).
+    replayed = {m["seq"] for m in watcher.replayed}
+    assert all(m["executionId"] == mine for m in watcher.live), watcher.live
+    assert [m["seq"] for m in watcher.live if m["seq"] not in replayed] == [our_seq]
     assert their_seq == 2
 
 
@@ -249,7 +253,12 @@ async def test_the_reviewer_decides_from_the_card_and_every_watcher_sees_it(
     assert done["decision"]["comment"] == "Looks right"
     for watcher in (onlooker, reviewer):
         await watcher.until_live(execution_id, 3)
-        (decided,) = watcher.live
+        # The events committed before the join may still be on their way through Redis when the join is answered:
+        # they then come live too, each the same as replayed (the protocol's "joins first and replays second";
+        # a page drops seqs it has). Under a loaded machine they did. Past the replay, only the decision comes.
+        replayed = {m["seq"]: m for m in watcher.replayed}
+        assert replayed and all(m == replayed[m["seq"]] for m in watcher.live if m["seq"] in replayed), watcher.live
+        (decided,) = [m for m in watcher.live if m["seq"] not in replayed]
         assert decided["type"] == "checkpoint.decided"
         assert decided["payload"] == {"checkpointId": checkpoint_id, **done["decision"]}
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core.settings import Settings
 from tests.support.ports import free_port
-from tests.support.processes import VOUCH, running, vouch_env, wait_until_healthy
+from tests.support.processes import START_TIMEOUT, VOUCH, running, vouch_env, wait_until_healthy
 from tests.support.waiting import until
 
 
@@ -33,7 +33,7 @@ async def _log_shows(log: Path, text: str, proc: subprocess.Popen[bytes]) -> str
         content = log.read_text()
         return content if text in content else None
 
-    return await until(check, timeout=30)
+    return await until(check, timeout=START_TIMEOUT)
 
 
 async def test_serve_says_where_to_sign_in_once_it_listens(settings: Settings, tmp_path: Path) -> None:

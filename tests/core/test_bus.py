@@ -19,6 +19,7 @@ from core.db import Database, publish_after_commit
 from core.ids import new_id
 from core.models import User
 from core.redis_bus import RedisBus
+from tests.support.redis_clients import named_url, subscribed
 from tests.support.waiting import until
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -133,13 +134,19 @@ async def test_another_process_hears_every_message_in_the_order_published() -> N
 
 
 async def test_a_listener_whose_connection_is_killed_says_so_and_hears_again() -> None:
-    sender, receiver = RedisBus(REDIS_URL), RedisBus(REDIS_URL)
+    # The receiver's connections carry a name of this test's own: only its subscription is killed, never that of
+    # another test using this Redis at the same time (`CLIENT KILL TYPE pubsub` killed theirs too).
+    named, name = named_url("killed-listener")
+    sender, receiver = RedisBus(REDIS_URL), RedisBus(named)
     ch = channel("killed")
     admin = aioredis.Redis.from_url(REDIS_URL)
     try:
         listening, heard, resets = await _listened(receiver, ch)
         assert len(resets) == 1  # subscribed: what came before it was missed
-        await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        listeners = await subscribed(admin, name)
+        assert listeners
+        for client_id in listeners:
+            await admin.execute_command("CLIENT", "KILL", "ID", client_id)
         await until(lambda: _true(len(resets) >= 3 and listening.healthy))  # lost, then subscribed again
         await sender.publish(ch, {"after": "the kill"})
         await until(lambda: _true(heard == [{"after": "the kill"}]))

@@ -20,6 +20,8 @@ from core.errors import FailureCode
 from core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
+# The site is built once per worker that runs these: on one worker, once (pyproject's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("docs-site")
 _IGNORED_METHODS = {"HEAD", "OPTIONS"}  # answered by Quart itself on every route
 _OPERATION = re.compile(r"<code>(GET|POST|PUT|PATCH|DELETE) (/api/[^<\s]*)</code>")
 # A row of the index's table of operations (its prose names routes too).

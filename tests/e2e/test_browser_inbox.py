@@ -16,7 +16,7 @@ from core.models import Checkpoint, Execution, MailMessage
 from core.settings import Settings
 from tests.conftest import make_account
 from tests.e2e.test_browser_keys import chromium  # noqa: F401  (the fixture)
-from tests.support.live import at_own_address, live_server
+from tests.support.live import HTTP_TIMEOUT, at_own_address, live_server
 from tests.support.waiting import until
 
 REVIEWER = "inbox-reviewer@example.com"
@@ -53,7 +53,9 @@ async def test_the_inbox_refuses_a_bare_rejection_and_approves_an_edited_subject
         await create_user(session, REVIEWER, PASSWORD)
     own, port = at_own_address(settings)
     with live_server(own, run_worker=True, port=port) as base:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {owner.key}"}) as api:
+        async with httpx.AsyncClient(
+            timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {owner.key}"}
+        ) as api:
             created = await api.post("/api/eval/create-task-agent", json=TASK)
             assert created.status_code == 201, created.text
             execution_id = created.json()["executionId"]

@@ -18,7 +18,7 @@ from core.accounts import create_user
 from core.db import Database
 from core.models import utcnow
 from core.settings import Settings
-from tests.support.live import at_own_address, live_server
+from tests.support.live import HTTP_TIMEOUT, at_own_address, live_server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -45,7 +45,9 @@ async def chromium() -> AsyncIterator[Browser]:
 
 
 async def api_create(base: str, key: str) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+    async with httpx.AsyncClient(
+        timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         return await client.post(
             "/api/eval/create-task-agent",
             json={"taskName": "from the browser", "taskDescription": "Summarise.", "testMode": "without-verification"},

@@ -26,7 +26,7 @@ from core.redis_bus import RedisBus
 from core.settings import Settings
 from tests.chat.helpers import REDIS_URL, REVIEWER, sign_in
 from tests.conftest import make_account
-from tests.support.live import live_server
+from tests.support.live import HTTP_TIMEOUT, live_server
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -90,7 +90,9 @@ async def worker_running(settings: Settings) -> AsyncIterator[None]:
 
 async def create_task(base: str, key: str, **fields: Any) -> dict[str, Any]:
     body = {"taskName": "Release", "taskDescription": TASK, "testMode": "without-verification", **fields}
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+    async with httpx.AsyncClient(
+        timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         created = await client.post("/api/eval/create-task-agent", json=body)
     assert created.status_code == 201, created.text
     answer: dict[str, Any] = created.json()

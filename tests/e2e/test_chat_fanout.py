@@ -21,6 +21,7 @@ from core.links import chat_view_token
 from core.settings import Settings
 from tests.chat.helpers import REDIS_URL, Watcher
 from tests.conftest import make_account
+from tests.support.live import HTTP_TIMEOUT
 from tests.support.ports import free_port
 from tests.support.processes import VOUCH, running_worker, vouch_env, wait_until_healthy
 
@@ -63,7 +64,9 @@ async def test_watchers_on_two_web_processes_see_the_same_gapless_run(settings: 
             await wait_until_healthy(base, proc, settings.data_dir / f"web{n}.log")
         (web1, _), (web2, _) = webs
         try:
-            async with httpx.AsyncClient(headers={"Authorization": f"Bearer {account.key}"}) as api:
+            async with httpx.AsyncClient(
+                timeout=HTTP_TIMEOUT, headers={"Authorization": f"Bearer {account.key}"}
+            ) as api:
                 created = await api.post(
                     f"{web1}/api/eval/create-task-agent",
                     json={

@@ -18,7 +18,7 @@ from core.models import Decision, Execution, MailMessage
 from core.settings import Settings
 from tests.conftest import make_account
 from tests.review.mail_support import free_port
-from tests.support.live import live_server
+from tests.support.live import HTTP_TIMEOUT, live_server
 from tests.support.waiting import until
 
 CHROMIUM_ARGS = [
@@ -50,7 +50,9 @@ async def test_approve_from_the_dev_mailbox(settings: Settings, db: Database, ch
     async with db.transaction() as session:
         await create_user(session, REVIEWER, PASSWORD)
     with live_server(web, run_worker=True, port=port) as base:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {owner.key}"}) as api:
+        async with httpx.AsyncClient(
+            timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {owner.key}"}
+        ) as api:
             created = await api.post(
                 "/api/eval/create-task-agent",
                 json={
@@ -114,7 +116,9 @@ async def test_the_mail_chat_link_gives_its_reviewer_the_buttons(
     web = settings.with_changes(base_url=f"http://127.0.0.1:{port}", smtp_url=None, worker_poll_seconds=0.5)
     owner = await make_account(db, settings, "chatlink-owner@example.com")
     with live_server(web, run_worker=True, port=port) as base:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {owner.key}"}) as api:
+        async with httpx.AsyncClient(
+            timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {owner.key}"}
+        ) as api:
             created = await api.post(
                 "/api/eval/create-task-agent",
                 json={

@@ -13,7 +13,7 @@ from core.settings import Settings
 from tests.agents.test_runner import new_execution as new_agent_execution
 from tests.agents.test_runner import snapshot
 from tests.support.ports import free_port
-from tests.support.processes import running_worker
+from tests.support.processes import START_TIMEOUT, running_worker
 from tests.support.waiting import until
 
 LISTENING = "inbound review mail listener on"
@@ -38,10 +38,10 @@ async def test_a_second_worker_on_the_same_inbound_port_runs_without_the_listene
     extra = {"VOUCH_INBOUND_SMTP": address, "VOUCH_WORKER_POLL_SECONDS": "0.2"}
     first_log, second_log = settings.data_dir / "first.log", settings.data_dir / "second.log"
     with running_worker(settings, "first", **extra) as first:
-        await until(logged(first, first_log, " started"), timeout=30)
+        await until(logged(first, first_log, " started"), timeout=START_TIMEOUT)
         assert LISTENING in first_log.read_text()
         with running_worker(settings, "second", **extra) as second:
-            text = await until(logged(second, second_log, " started"), timeout=30)
+            text = await until(logged(second, second_log, " started"), timeout=START_TIMEOUT)
             warned = [line for line in text.splitlines() if TAKEN in line]
             assert len(warned) == 1 and "WARNING" in warned[0] and address in warned[0], text
             assert LISTENING not in text

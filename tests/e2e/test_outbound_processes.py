@@ -12,8 +12,9 @@ import httpx
 from core.settings import Settings
 from tests.support.fake_llm import call, fake_llm, last_tool_result
 from tests.support.hello_server import hello_server
+from tests.support.live import HTTP_TIMEOUT
 from tests.support.ports import free_port
-from tests.support.processes import VOUCH, run_vouch, running, vouch_env, wait_until_healthy
+from tests.support.processes import START_TIMEOUT, VOUCH, run_vouch, running, vouch_env, wait_until_healthy
 from tests.support.waiting import until
 
 DEPRECATED = "VOUCH_OUTBOUND_ALLOWLIST is deprecated"
@@ -46,7 +47,7 @@ async def test_vouch_serve_keeps_the_agent_off_its_own_port_and_warns_once_of_th
         with running([VOUCH, "serve", "--port", str(port)], env, log_path) as proc:
             await wait_until_healthy(base, proc, log_path)
             async with httpx.AsyncClient(
-                base_url=base, headers={"Authorization": f"Bearer {made.stdout.strip()}"}
+                timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {made.stdout.strip()}"}
             ) as c:
                 created = await c.post(
                     "/api/eval/create-task-agent",
@@ -83,6 +84,6 @@ async def test_the_old_variable_warns_at_the_start_of_a_worker(settings: Setting
             assert proc.poll() is None, log_path.read_text()
             return True if " started" in log_path.read_text() else None
 
-        await until(started, timeout=30)  # the warning comes before
+        await until(started, timeout=START_TIMEOUT)  # the warning comes before
     logged = log_path.read_text()
     assert logged.count(DEPRECATED) == 1 and "VOUCH_WEBHOOK_ALLOWLIST" in logged, logged

@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from core.bus import WAKE_CHANNEL
 from core.settings import Settings
+from tests.support.live import HTTP_TIMEOUT
 from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, running_worker, vouch_env, wait_until_healthy
 from tests.support.waiting import until
@@ -19,7 +20,9 @@ TASK = 'Write a note saying "hi". Then send an email to x@example.com with subje
 
 
 async def _run_to_completion(base: str, key: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+    async with httpx.AsyncClient(
+        timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         created = await client.post(
             "/api/eval/create-task-agent",
             json={"taskName": "proc", "taskDescription": TASK, "testMode": "without-verification"},

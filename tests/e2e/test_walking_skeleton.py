@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 
 from core.settings import Settings
-from tests.support.live import live_server
+from tests.support.live import HTTP_TIMEOUT, live_server
 from tests.support.processes import run_vouch
 from tests.support.waiting import until
 
@@ -36,7 +36,9 @@ async def test_cli_key_drives_two_executions_over_http(settings: Settings) -> No
     assert made.stdout == key + "\n" and len(key) == 41
 
     with live_server(settings, run_worker=True) as base:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with httpx.AsyncClient(
+            timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {key}"}
+        ) as client:
             plain = await client.post(
                 "/api/eval/create-task-agent",
                 json={"taskName": "no review", "taskDescription": TASK, "testMode": "without-verification"},

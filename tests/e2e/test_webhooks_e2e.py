@@ -14,6 +14,7 @@ from core.bus import InProcessBus
 from core.db import Database
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
+from tests.support.live import HTTP_TIMEOUT
 from tests.support.ports import free_port
 from tests.support.processes import VOUCH, run_vouch, running, running_worker, vouch_env, wait_until_healthy
 from tests.support.waiting import until
@@ -39,7 +40,9 @@ def _secret(settings: Settings, *flags: str) -> str:
 
 
 async def _create(base: str, key: str, url: str) -> str:
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+    async with httpx.AsyncClient(
+        timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         created = await client.post(
             "/api/eval/create-task-agent",
             json={"taskName": "hooked", "taskDescription": TASK, "testMode": "without-verification", "webhookUrl": url},
@@ -50,7 +53,9 @@ async def _create(base: str, key: str, url: str) -> str:
 
 
 async def _status(base: str, key: str, execution_id: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+    async with httpx.AsyncClient(
+        timeout=HTTP_TIMEOUT, base_url=base, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
         record: dict[str, Any] = (await client.get(f"/api/eval/status/{execution_id}")).json()
     return record
 

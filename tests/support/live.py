@@ -14,6 +14,11 @@ from api.app import create_asgi_app
 from core.settings import Settings
 from tests.support.ports import free_port
 
+# For the tests' HTTP clients of a live server or a `vouch` process: httpx's default of 5 s is shorter than an
+# answer can take while a loaded 2-core machine runs the suite on several workers, and no test measures latency
+# through these clients (a test that does states its own bound).
+HTTP_TIMEOUT = 30.0
+
 
 @contextmanager
 def live_server(settings: Settings, *, run_worker: bool, port: int = 0) -> Iterator[str]:

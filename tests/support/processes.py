@@ -16,6 +16,10 @@ from core.settings import Settings
 from tests.support.waiting import until
 
 VOUCH = str(Path(sys.executable).parent / "vouch")
+# How long a `vouch` process may take to come up (listening, or logging " started"): a start imports the whole
+# service, and on a loaded 2-core machine running the suite on several workers, three processes starting at once
+# took over 30 s. A deadline for what must happen, not a measurement: a process that dies fails at once.
+START_TIMEOUT = 60.0
 
 
 def vouch_env(settings: Settings, **extra: str) -> dict[str, str]:
@@ -81,4 +85,4 @@ async def wait_until_healthy(base: str, proc: subprocess.Popen[bytes], log_path:
         except httpx.TransportError:
             return None
 
-    await until(healthy, timeout=30)
+    await until(healthy, timeout=START_TIMEOUT)
