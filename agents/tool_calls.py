@@ -52,19 +52,29 @@ _CALL_FINISHED = (
         finished_at=sa.bindparam("finished_at"),
     )
 )
-_EDITS_APPROVED = (
-    sa.select(DECISIONS.c.edited_args)
-    .join(
-        CHECKPOINTS,
-        sa.and_(CHECKPOINTS.c.id == DECISIONS.c.checkpoint_id, CHECKPOINTS.c.attempt == DECISIONS.c.attempt),
+def _edits_approved(call: sa.ColumnElement[str]) -> sa.Select[Any]:
+    """The edits of the latest approval of a checkpoint bound to `call` (a tool call's id)."""
+    return (
+        sa.select(DECISIONS.c.edited_args)
+        .join(
+            CHECKPOINTS,
+            sa.and_(CHECKPOINTS.c.id == DECISIONS.c.checkpoint_id, CHECKPOINTS.c.attempt == DECISIONS.c.attempt),
+        )
+        .where(
+            CHECKPOINTS.c.tool_call_id == call,
+            DECISIONS.c.decision == "approve",
+            DECISIONS.c.edited_args.is_not(None),
+        )
+        .order_by(DECISIONS.c.decided_at.desc())
+        .limit(1)
     )
-    .where(
-        CHECKPOINTS.c.tool_call_id == sa.bindparam("tool_call_id"),
-        DECISIONS.c.decision == "approve",
-        DECISIONS.c.edited_args.is_not(None),
-    )
-    .order_by(DECISIONS.c.decided_at.desc())
-    .limit(1)
+
+
+_EDITS_APPROVED = _edits_approved(sa.bindparam("tool_call_id"))
+# The call a step opened, if any, with its approved edits: one statement where the step after an approval took
+# three (its id, its row, the edits).
+_CALL_OF_STEP = sa.select(ToolCall, _edits_approved(TOOL_CALLS.c.id).scalar_subquery()).where(
+    ToolCall.execution_id == sa.bindparam("execution_id"), ToolCall.step_index == sa.bindparam("step_index")
 )
 
 
@@ -154,13 +164,27 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
     return checkpoint
 
 
+async def call_of_step(session: AsyncSession, execution_id: str, index: int) -> ToolCall | None:
+    """The call opened for step `index` (at its checkpoint, or by a worker that died), with the edits an approval
+    of its checkpoint made taken (`take_edits`); None when the step has none."""
+    found = (await session.execute(_CALL_OF_STEP, {"execution_id": execution_id, "step_index": index})).first()
+    if found is None:
+        return None
+    call: ToolCall = found[0]
+    await _take(session, call, found[1])
+    return call
+
+
 async def take_edits(session: AsyncSession, call: ToolCall) -> None:
     """An approval of a checkpoint bound to this call edited some arguments (review.decide checked them): the
     call runs with them, and keeps the agent's own in `proposed_args`. Once: a call already edited is left."""
     if call.proposed_args is not None:
         return
-    edited = await session.scalar(_EDITS_APPROVED, {"tool_call_id": call.id})
-    if edited:
+    await _take(session, call, await session.scalar(_EDITS_APPROVED, {"tool_call_id": call.id}))
+
+
+async def _take(session: AsyncSession, call: ToolCall, edited: dict[str, Any] | None) -> None:
+    if edited and call.proposed_args is None:
         call.proposed_args = dict(call.args)
         call.args = {**call.args, **edited}
         await session.flush()

@@ -83,9 +83,10 @@ class Backend(ABC):
 
     @abstractmethod
     def claim_statement(self, claiming: DirectStatement) -> DirectStatement:
-        """The statement to run for `claiming` (an UPDATE … RETURNING id, lease_epoch, last_seq): where it can,
-        with the claim's event (`execution.started` at the first epoch, else `execution.resumed`; parameters
-        `claim_payload`, `now`) written by the same statement. Returns as `claiming`."""
+        """The statement to run for `claiming` (an UPDATE … RETURNING id, lease_epoch, last_seq, then what the
+        runner starts from): where it can, with the claim's event (`execution.started` at the first epoch, else
+        `execution.resumed`; parameters `claim_payload`, `now`) written by the same statement. Returns as
+        `claiming`."""
 
     @abstractmethod
     def create_statement(self, insert: sa.Insert) -> DirectStatement:

@@ -46,7 +46,7 @@ def _claiming_with_event(claiming: DirectStatement) -> DirectStatement:
         sa.bindparam("now", type_=UTCDateTime()),
     )
     logged = sa.insert(EVENTS).from_select(_EVENT_COLUMNS, event).cte("logged")
-    return DirectStatement(sa.select(claimed.c.id, claimed.c.lease_epoch, claimed.c.last_seq).add_cte(logged))
+    return DirectStatement(sa.select(*claimed.c).add_cte(logged))
 
 
 def _created_with_event(insert: sa.Insert) -> DirectStatement:
