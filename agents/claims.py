@@ -22,7 +22,7 @@ from core.db import Database, commits_alone, one_of
 from core.event_payloads import ExecutionClaimed, TypedEvent
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
-from core.models import EXECUTIONS, UTCDateTime, utcnow
+from core.models import CHECKPOINTS, EXECUTIONS, UTCDateTime, utcnow
 from core.vocabulary import EventType
 
 RUNNABLE = ("queued", "running")
@@ -40,6 +40,8 @@ class Entry:
     state: dict[str, Any] | None
     test_mode: str
     auto_detect_checkpoints: bool
+    # How many of the caller's checkpoints wait to be passed (status pending), counted by the claim.
+    caller_pending: int
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,25 @@ def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
             started_at=sa.func.coalesce(columns.started_at, sa.bindparam("now", type_=UTCDateTime())),
             last_seq=columns.last_seq + 1,  # the seq of the claim's own event
         )
-        .returning(columns.id, columns.lease_epoch, columns.last_seq, *_ENTRY_COLUMNS)
+        .returning(columns.id, columns.lease_epoch, columns.last_seq, *_ENTRY_COLUMNS, _CALLER_PENDING)
     )
 
 
-# Returned by the claim after (id, lease_epoch, last_seq): the runner's re-entry needs no statement of its own.
+# Returned by the claim after (id, lease_epoch, last_seq): the runner's re-entry needs no statement of its own,
+# and a run whose caller checkpoints are all passed (the usual resume) no read of them either.
+_CALLER_PENDING = (
+    sa.select(sa.func.count())
+    .select_from(CHECKPOINTS)
+    .where(
+        # Spelled out: SQLite's RETURNING is rendered without table names, and a bare `id` in the subquery would
+        # name the checkpoint's.
+        sa.literal_column("checkpoints.execution_id") == sa.literal_column("executions.id"),
+        sa.literal_column("checkpoints.status") == "pending",
+        sa.literal_column("checkpoints.origin") == "caller",
+    )
+    .scalar_subquery()
+    .label("caller_pending")
+)
 _ENTRY_COLUMNS = (EXECUTIONS.c.agent_state, EXECUTIONS.c.test_mode, EXECUTIONS.c.auto_detect_checkpoints)
 
 
@@ -100,9 +116,9 @@ def _entry_processors(dialect: Dialect) -> tuple[Callable[[Any], Any] | None, ..
 def _entry(dialect: Dialect, raw: tuple[Any, ...]) -> Entry:
     state, test_mode, auto = (
         value if process is None or value is None else process(value)
-        for process, value in zip(_entry_processors(dialect), raw, strict=True)
+        for process, value in zip(_entry_processors(dialect), raw[:3], strict=True)
     )
-    return Entry(None if state is None else dict(state), test_mode, bool(auto))
+    return Entry(None if state is None else dict(state), test_mode, bool(auto), int(raw[3]))
 
 
 def _runnable() -> tuple[sa.ColumnElement[bool], ...]:

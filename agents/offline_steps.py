@@ -34,12 +34,14 @@ _SUCCEEDED_CALLS = (
 
 
 class OfflineDriver:
-    def __init__(self, runner: ExecutionRunner, mode: RunMode) -> None:
+    def __init__(self, runner: ExecutionRunner, mode: RunMode, caller_pending: int | None = None) -> None:
+        """`caller_pending`: how many of the caller's checkpoints wait to be passed, when the claim counted them."""
         self.runner = runner
         self.mode = mode
         self.execution_id = runner.execution_id
-        # The caller's checkpoints not passed yet: (id, position), in position order.
-        self._caller_pending: list[tuple[str, int]] | None = None
+        # The caller's checkpoints not passed yet: (id, position), in position order; read at the first turn
+        # unless the claim counted none.
+        self._caller_pending: list[tuple[str, int]] | None = [] if caller_pending == 0 else None
         self._began_here = False
 
     async def advance(self, state: dict[str, Any]) -> bool:

@@ -163,9 +163,9 @@ class ExecutionRunner:
                 without_verification=entry.test_mode == "without-verification",
                 gate_actions=entry.auto_detect_checkpoints,
             )
-            state = entry.state
+            state, caller_pending = entry.state, entry.caller_pending
         else:
-            mode, state = await self._read_entry()
+            (mode, state), caller_pending = await self._read_entry(), None
         if state is None:
             # The first claim: the state is made, and written, under the fence.
             async with self.db.transaction() as session:
@@ -173,7 +173,7 @@ class ExecutionRunner:
                 state = await self._enter(session)
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:
-            driver = OfflineDriver(self, mode)
+            driver = OfflineDriver(self, mode, caller_pending)
         else:
             # Imported here, as in `_initial_state`: the model path loads pydantic_ai and the provider SDKs,
             # seconds of imports and tens of MB that a worker running only the offline agent never needs.

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -41,6 +41,15 @@ class Companion:
     @property
     def shape(self) -> Shape:
         return self.table, tuple(self.row), self.conflict
+
+
+class Appended(NamedTuple):
+    """The event rows an allocation's batch wrote, and what the allocation's row said of the execution's webhook
+    (`seq_allocation` returns both): enough to know that no webhook is due without reading the row again."""
+
+    rows: list[dict[str, Any]]
+    webhook_url: str | None
+    verdict_state: str | None
 
 
 class Backend(ABC):
@@ -111,9 +120,9 @@ class Backend(ABC):
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],
-    ) -> list[dict[str, Any]] | None:
+    ) -> Appended | None:
         """Run `allocation` with `bound` and, when it matched, write `companions` and the events `items` with
-        the seqs it gave; the event rows written, or None when the allocation matched no row."""
+        the seqs it gave; the event rows written (with the allocation's row), or None when it matched no row."""
 
 
 def event_rows(
