@@ -8,10 +8,13 @@ worker is claiming; SQLite serialises writers with BEGIN IMMEDIATE, so a single 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
 
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import Backend
@@ -19,7 +22,7 @@ from core.db import Database, commits_alone, one_of
 from core.event_payloads import ExecutionClaimed, TypedEvent
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
-from core.models import EXECUTIONS, UTCDateTime, utcnow
+from core.models import CHECKPOINTS, EXECUTIONS, UTCDateTime, utcnow
 from core.vocabulary import EventType
 
 RUNNABLE = ("queued", "running")
@@ -30,9 +33,23 @@ class LeaseLost(Exception):
 
 
 @dataclass(frozen=True)
+class Entry:
+    """What the runner needs to go on, handed back by the claim's own statement: the agent's state (None before
+    the first claim made it) and the run's mode."""
+
+    state: dict[str, Any] | None
+    test_mode: str
+    auto_detect_checkpoints: bool
+    # How many of the caller's checkpoints wait to be passed (status pending), counted by the claim.
+    caller_pending: int
+
+
+@dataclass(frozen=True)
 class Claim:
     execution_id: str
     epoch: int
+    # Not part of what a claim is (two claims of one epoch are the same claim): what the runner starts from.
+    entry: Entry | None = field(default=None, compare=False)
 
 
 # A claim is still the execution's: the conditions every write of a run is fenced by, with bind parameters
@@ -67,8 +84,41 @@ def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
             started_at=sa.func.coalesce(columns.started_at, sa.bindparam("now", type_=UTCDateTime())),
             last_seq=columns.last_seq + 1,  # the seq of the claim's own event
         )
-        .returning(columns.id, columns.lease_epoch, columns.last_seq)
+        .returning(columns.id, columns.lease_epoch, columns.last_seq, *_ENTRY_COLUMNS, _CALLER_PENDING)
     )
+
+
+# Returned by the claim after (id, lease_epoch, last_seq): the runner's re-entry needs no statement of its own,
+# and a run whose caller checkpoints are all passed (the usual resume) no read of them either.
+_CALLER_PENDING = (
+    sa.select(sa.func.count())
+    .select_from(CHECKPOINTS)
+    .where(
+        # Spelled out: SQLite's RETURNING is rendered without table names, and a bare `id` in the subquery would
+        # name the checkpoint's.
+        sa.literal_column("checkpoints.execution_id") == sa.literal_column("executions.id"),
+        sa.literal_column("checkpoints.status") == "pending",
+        sa.literal_column("checkpoints.origin") == "caller",
+    )
+    .scalar_subquery()
+    .label("caller_pending")
+)
+_ENTRY_COLUMNS = (EXECUTIONS.c.agent_state, EXECUTIONS.c.test_mode, EXECUTIONS.c.auto_detect_checkpoints)
+
+
+@functools.cache
+def _entry_processors(dialect: Dialect) -> tuple[Callable[[Any], Any] | None, ...]:
+    """The result processors SQLAlchemy would apply to the entry's columns (JSON, booleans): the claim's rows come
+    from the driver directly (core/_sqlalchemy_shortcuts.py)."""
+    return tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in _ENTRY_COLUMNS)
+
+
+def _entry(dialect: Dialect, raw: tuple[Any, ...]) -> Entry:
+    state, test_mode, auto = (
+        value if process is None or value is None else process(value)
+        for process, value in zip(_entry_processors(dialect), raw[:3], strict=True)
+    )
+    return Entry(None if state is None else dict(state), test_mode, bool(auto), int(raw[3]))
 
 
 def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
@@ -114,7 +164,7 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         if not rows:
             return None
         row = rows[0]
-        claim = Claim(row[0], row[1])
+        claim = Claim(row[0], row[1], _entry(db.engine.dialect, row[3:]))
         started: list[TypedEvent] = [
             (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
         ]

@@ -25,10 +25,7 @@ if TYPE_CHECKING:
 
 FINISH_ACTION = {"tool": "finish", "args": {}, "instruction": "finish the task"}
 
-# Built once, as every statement of a step: the call opened for a step, if any; the calls that succeeded, in order.
-_CALL_OF_STEP = sa.select(TOOL_CALLS.c.id).where(
-    TOOL_CALLS.c.execution_id == sa.bindparam("execution_id"), TOOL_CALLS.c.step_index == sa.bindparam("step_index")
-)
+# Built once, as every statement of a step: the calls that succeeded, in order.
 _SUCCEEDED_CALLS = (
     sa.select(TOOL_CALLS.c.tool, TOOL_CALLS.c.result)
     .where(TOOL_CALLS.c.execution_id == sa.bindparam("execution_id"), TOOL_CALLS.c.status == "succeeded")
@@ -37,12 +34,14 @@ _SUCCEEDED_CALLS = (
 
 
 class OfflineDriver:
-    def __init__(self, runner: ExecutionRunner, mode: RunMode) -> None:
+    def __init__(self, runner: ExecutionRunner, mode: RunMode, caller_pending: int | None = None) -> None:
+        """`caller_pending`: how many of the caller's checkpoints wait to be passed, when the claim counted them."""
         self.runner = runner
         self.mode = mode
         self.execution_id = runner.execution_id
-        # The caller's checkpoints not passed yet: (id, position), in position order.
-        self._caller_pending: list[tuple[str, int]] | None = None
+        # The caller's checkpoints not passed yet: (id, position), in position order; read at the first turn
+        # unless the claim counted none.
+        self._caller_pending: list[tuple[str, int]] | None = [] if caller_pending == 0 else None
         self._began_here = False
 
     async def advance(self, state: dict[str, Any]) -> bool:
@@ -101,7 +100,8 @@ class OfflineDriver:
             fresh = call is None
             if call is None:
                 call = await self._open(session, cursor, step)
-            await tool_calls.take_edits(session, call)
+            # The edits an approval made are taken as the call is loaded (tool_calls.call_of_step); a call opened
+            # just now has no approval yet.
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
@@ -120,17 +120,29 @@ class OfflineDriver:
             if not TOOLS[call.tool].performs_outside:
                 # Nothing done outside the database: the call runs and is recorded in this transaction.
                 await tool_calls.run_begun_in_place(runner, session, state, call, self._advanced(state, cursor))
-                return True
+                return not await self._completed_with(session, state)
             await tool_calls.start_call(session, call)
 
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
         return True
 
     async def _begun_call(self, session: AsyncSession, cursor: int) -> ToolCall | None:
-        """The step's call if one was opened (at its checkpoint, or by a worker that died): its row loaded only
-        when there is one, which a step after a plain approval does not have."""
-        found = await session.scalar(_CALL_OF_STEP, {"execution_id": self.execution_id, "step_index": cursor})
-        return None if found is None else await session.get_one(ToolCall, found)
+        """The step's call if one was opened (at its checkpoint, or by a worker that died), with the edits of its
+        approval taken."""
+        return await tool_calls.call_of_step(session, self.execution_id, cursor)
+
+    async def _completed_with(self, session: AsyncSession, state: dict[str, Any]) -> bool:
+        """After the plan's last step, in that step's transaction: the execution completed, when nothing stands
+        in the way (a failed step, a budget used up, a checkpoint not passed), which the next turn then meets in
+        a transaction of its own. Saves the end a transaction (issue 25: the step after an approval is the
+        last one of many runs)."""
+        plan: list[dict[str, Any]] = state["plan"]
+        if state["cursor"] < len(plan) or state.get("failedStep") is not None or not self.runner.within_budget(state):
+            return False
+        if await unreviewed(session, self.execution_id) is not None:
+            return False
+        await self.runner.complete(session, await self._result(session, state))
+        return True
 
     async def _open(self, session: AsyncSession, cursor: int, step: dict[str, Any]) -> ToolCall:
         """The step's call, its intent on record (made once: a call opened at its checkpoint is found again)."""
@@ -167,9 +179,10 @@ class OfflineDriver:
         """The caller's checkpoint placed before this step; at the end, any checkpoint not passed yet."""
         if cursor >= plan_length:
             return await unreviewed(session, self.execution_id)
-        # Read once a claim: while the execution runs, only this driver passes caller checkpoints.
+        # Read once a claim: while the execution runs, only this driver passes caller checkpoints. A plan with
+        # no step gated by the caller's checkpoints has none due: nothing to read.
         if self._caller_pending is None:
-            self._caller_pending = await pending_caller_positions(session, self.execution_id)
+            self._caller_pending = await pending_caller_positions(session, self.execution_id) if gates else []
         # Checkpoints are bound to steps by what they name (agents/offline_plan.py), so a later position may
         # guard an earlier step: the due one is any whose step has come, the first by position.
         due = next((cp for cp, at in self._caller_pending if at < len(gates) and gates[at] <= cursor), None)

@@ -155,29 +155,25 @@ class ExecutionRunner:
                 log.warning("execution %s: lease renewal failed; retrying", self.execution_id, exc_info=True)
 
     async def _drive(self) -> None:
-        async with self.db.transaction() as session:
-            # Re-entry after a claim is one statement where it can be: the fence hands back what the agent
-            # needs to go on (its state, the run's mode), no ORM row loaded. After a
-            # first claim (a resume) that statement is usually all: on PostgreSQL it then commits by itself.
-            alone = self.claim.epoch > 1 and await commits_alone(session)
-            entry = (await session.execute(_FENCE_AND_READ, self.fenced())).first()
-            if entry is None:
-                raise LeaseLost(self.execution_id)
+        entry = self.claim.entry
+        if entry is not None:
+            # The claim's own statement handed back what the agent needs to go on (its state, the run's mode):
+            # getting back in after a pause costs no statement of its own.
             mode = RunMode(
                 without_verification=entry.test_mode == "without-verification",
                 gate_actions=entry.auto_detect_checkpoints,
             )
-            state = None if entry.agent_state is None else dict(entry.agent_state)
-            if state is None and not alone:
-                state = await self._enter(session)
+            state, caller_pending = entry.state, entry.caller_pending
+        else:
+            (mode, state), caller_pending = await self._read_entry(), None
         if state is None:
-            # The rare claim that must write at entry (its state never made) when the fence committed alone.
+            # The first claim: the state is made, and written, under the fence.
             async with self.db.transaction() as session:
                 await self.fence(session)
                 state = await self._enter(session)
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:
-            driver = OfflineDriver(self, mode)
+            driver = OfflineDriver(self, mode, caller_pending)
         else:
             # Imported here, as in `_initial_state`: the model path loads pydantic_ai and the provider SDKs,
             # seconds of imports and tens of MB that a worker running only the offline agent never needs.
@@ -188,6 +184,21 @@ class ExecutionRunner:
             self.enforce_budget(state)
             if not await driver.advance(state):
                 break
+
+    async def _read_entry(self) -> tuple[RunMode, dict[str, Any] | None]:
+        """The entry of a claim that did not bring it (made by hand): read by the fence, in one statement."""
+        async with self.db.transaction() as session:
+            # One statement, committing by itself where it can; a state never made is written by a transaction of
+            # its own (`_drive`), fenced again.
+            await commits_alone(session)
+            entry = (await session.execute(_FENCE_AND_READ, self.fenced())).first()
+            if entry is None:
+                raise LeaseLost(self.execution_id)
+        mode = RunMode(
+            without_verification=entry.test_mode == "without-verification",
+            gate_actions=entry.auto_detect_checkpoints,
+        )
+        return mode, None if entry.agent_state is None else dict(entry.agent_state)
 
     async def _enter(self, session: AsyncSession) -> dict[str, Any]:
         """The agent's state at the start of its first claim, made and written."""
@@ -246,6 +257,14 @@ class ExecutionRunner:
         for name, unit, code in _BUDGETS:
             if usage[name] >= budget[name]:
                 raise BudgetExceeded(code, f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
+
+    def within_budget(self, state: dict[str, Any]) -> bool:
+        """Whether `enforce_budget` would let the next turn through."""
+        try:
+            self.enforce_budget(state)
+        except BudgetExceeded:
+            return False
+        return True
 
     async def checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         rows = await session.scalars(

@@ -18,7 +18,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from agents.claims import CLAIM_HOLDS, LeaseLost
 from agents.gates import gate_for_call
 from agents.policy import RunMode, describe_call, side_effect_of
-from agents.tool_base import InPlaceStep, Tool, ToolContext, ToolFailed
+from agents.tool_base import InPlaceStep, SingleWrite, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core.db import commits_alone
 from core.event_payloads import ToolCallPayload, ToolResult, TypedEvent
@@ -52,6 +52,8 @@ _CALL_FINISHED = (
         finished_at=sa.bindparam("finished_at"),
     )
 )
+
+
 _EDITS_APPROVED = (
     sa.select(DECISIONS.c.edited_args)
     .join(
@@ -66,6 +68,11 @@ _EDITS_APPROVED = (
         DECISIONS.c.edited_args.is_not(None),
     )
     .order_by(DECISIONS.c.decided_at, DECISIONS.c.id)
+)
+# The call a step opened, if any: its row, then its edits (`take_edits`), where the step after an approval once
+# took three statements (its id, its row, the edits).
+_CALL_OF_STEP = sa.select(ToolCall).where(
+    ToolCall.execution_id == sa.bindparam("execution_id"), ToolCall.step_index == sa.bindparam("step_index")
 )
 
 
@@ -154,6 +161,16 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
     return checkpoint
 
 
+async def call_of_step(session: AsyncSession, execution_id: str, index: int) -> ToolCall | None:
+    """The call opened for step `index` (at its checkpoint, or by a worker that died), with the edits an approval
+    of its checkpoint made taken (`take_edits`); None when the step has none."""
+    call = (await session.scalars(_CALL_OF_STEP, {"execution_id": execution_id, "step_index": index})).first()
+    if call is None:
+        return None
+    await take_edits(session, call)
+    return call
+
+
 async def take_edits(session: AsyncSession, call: ToolCall) -> None:
     """The arguments the call runs with: the agent's own (kept in `proposed_args` once edited) with the edits of
     every approval of a checkpoint bound to it (review.decide checked them), in the order they were given,
@@ -222,10 +239,15 @@ async def run_begun_in_place(
     our database: performed and recorded in the caller's transaction, the one that let it through, as
     `run_in_place` does a fresh call. No "started" state in between: its effect and result commit together."""
     began = time.perf_counter()
+    tool = TOOLS[call.tool]
+    write = tool.single_write(runner.execution_id, call.args, utcnow())
+    if write is not None:
+        # Its effect and its row, finished, go with the step's statement (the step after an approval).
+        return await _finish(runner, session, state, call, (None, None, began), after, write)
     error: str | None = None
     outcome: Any = None
     try:
-        outcome = await TOOLS[call.tool].perform(runner.settings, call.args, call.started_at)
+        outcome = await tool.perform(runner.settings, call.args, call.started_at)
     except ToolFailed as exc:
         error = str(exc)
     return await _finish(runner, session, state, call, (outcome, error, began), after)
@@ -238,16 +260,38 @@ async def _finish(
     call: ToolCall,
     performed: tuple[Any, str | None, float],
     after: Callable[[dict[str, Any]], None],
+    write: SingleWrite | None = None,
 ) -> dict[str, Any]:
-    """Record a performed call, its row finished, with the agent's progress and the result's event."""
+    """Record a performed call, its row finished, with the agent's progress and the result's event. With `write`
+    (the call's whole effect as a row), the effect and the call's row are written by the step's statement."""
     outcome, error, began = performed
     result: dict[str, Any] | None = None
-    if error is None:
-        ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, call.started_at)
-        result, error = await _record(TOOLS[call.tool], ctx, call.args, outcome)
+    companions: tuple[Companion, ...] = ()
+    finished_at = utcnow()
+    if write is not None:
+        result = write.result
+        # An upsert on its id, which finds the row opened before: what finishing changes is set, and the columns
+        # an insert needs are given as the row holds them (its proposed arguments are left as they are).
+        row = {
+            "id": call.id,
+            "execution_id": call.execution_id,
+            "step_index": call.step_index,
+            "tool": call.tool,
+            "args": call.args,
+            "status": "succeeded",
+            "result": result,
+            "error": None,
+            "started_at": call.started_at,
+            "finished_at": finished_at,
+        }
+        companions = (write.row, Companion(TOOL_CALLS, row, ("id",)))
+    else:
+        if error is None:
+            ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, call.started_at)
+            result, error = await _record(TOOLS[call.tool], ctx, call.args, outcome)
+        finished = {"status": "failed" if error else "succeeded", "result": result, "error": error}
+        await session.execute(_CALL_FINISHED, {"call_id": call.id, **finished, "finished_at": finished_at})
     elapsed = time.perf_counter() - began
-    finished = {"status": "failed" if error else "succeeded", "result": result, "error": error}
-    await session.execute(_CALL_FINISHED, {"call_id": call.id, **finished, "finished_at": utcnow()})
     answer = {**_answer(result, error), **_edit_note(call)}
     after(answer)
     runner.spend(state, seconds=elapsed)
@@ -259,6 +303,7 @@ async def _finish(
         [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))],
         allocation=_FENCED_STEP,
         parameters={**runner.fenced(), "saved_state": dict(state)},
+        companions=companions,
     )
     if added is None:
         raise LeaseLost(runner.execution_id)

@@ -56,6 +56,9 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
         # Frames that arrived while an earlier write waited for the transport (flow control); None when idle.
         self._backlog: deque[str | bytes] | None = None
         self._drainer: asyncio.Task[None] | None = None
+        # The server's websocket protocol, when a room's frame built once may be written to it directly
+        # (chat/_uvicorn_shortcuts.py); False once known that it may not (a compressed connection).
+        self._protocol: Any = None
 
     async def __call__(self, environ: dict[str, Any]) -> Any:
         socket = self._socket
@@ -72,12 +75,31 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
             if self._drainer is not None:
                 self._drainer.cancel()
 
-    def deliver(self, frame: str | bytes) -> None:
+    def takes_room_frames(self) -> bool:
+        """Whether `deliver` may be given the room's websocket frame, built once (`room_frame`), to write as it is:
+        a connection that negotiated no compression, under uvicorn's sans-I/O websocket protocol."""
+        if self._protocol is None and self.asgi_send is not None:
+            from chat._uvicorn_shortcuts import protocol_of  # the web process's only: the worker never loads uvicorn
+
+            found = protocol_of(self.asgi_send)
+            if found is not None:
+                self._protocol = found
+            elif getattr(getattr(self.asgi_send, "__self__", None), "handshake_complete", True):
+                self._protocol = False  # settled: this connection's frames are its own
+        return bool(self._protocol)
+
+    def deliver(self, frame: str | bytes, room_frame: bytes | None = None) -> None:
         """Write a frame now, or after the frames already waiting for this socket; never waits itself, so one
-        slow watcher holds up no other. A failure of an immediate write is raised to the caller."""
+        slow watcher holds up no other. A failure of an immediate write is raised to the caller. `room_frame`,
+        where `takes_room_frames`: the same frame as the websocket writes it, built once for the room."""
         if self._backlog is not None:
             self._backlog.append(frame)
             return
+        if room_frame is not None and self._protocol:
+            from chat._uvicorn_shortcuts import write_frame
+
+            if write_frame(self._protocol, room_frame):
+                return
         sending = self.send(frame)
         try:
             # The ASGI send runs to its end here unless the server must wait before writing (uvicorn waits

@@ -95,11 +95,21 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
         parts = encoded if isinstance(encoded, list) else [encoded]
         frames = [Packet(MESSAGE, part) for part in parts]
         wire = [frame.encode() for frame in frames]
+        # The websocket frames themselves, built once for the room when a watcher can take them as they are.
+        built: list[bytes] | None = None
         eio = getattr(self.server, "eio", None)
         for sid, eio_sid in recipients:
             ws = direct_to(eio, eio_sid)
             if ws is not None:
                 try:
+                    if ws.takes_room_frames():
+                        if built is None:
+                            from chat._uvicorn_shortcuts import room_frame  # a web process's: the worker has no server
+
+                            built = [room_frame(data) for data in wire]
+                        for data, whole in zip(wire, built, strict=True):
+                            ws.deliver(data, whole)
+                        continue
                     for data in wire:
                         ws.deliver(data)
                 except Exception:
@@ -145,5 +155,3 @@ class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: 
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # its connection, reconnected by redis-py on the way out, goes too
                 await asyncio.sleep(delay)
-
-

@@ -21,7 +21,7 @@ from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.trace_outbox import queue_spans_for_event
 from core.vocabulary import EventType
-from core.webhooks import WEBHOOK_EVENT_TYPES, enqueue_for_event
+from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, enqueue_for_event
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +238,8 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectState
         sa.update(EXECUTIONS)
         .where(columns.id == sa.bindparam("execution_id"), *where)
         .values(last_seq=columns.last_seq + sa.bindparam("count", type_=sa.Integer()), **values)
-        .returning(columns.last_seq)
+        # With the new last seq, what tells whether the events may call for a webhook (`enqueue_for_event`).
+        .returning(columns.last_seq, columns.webhook_url, columns.verdict_state)
     )
 
 
@@ -278,7 +279,9 @@ async def _append_events(
 ) -> list[AddedEvent] | None:
     bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
     written = await backend_of(session).append_events(session, execution_id, items, allocation, bound, companions)
-    return None if written is None else await _announce(session, written)
+    if written is None:
+        return None
+    return await _announce(session, written.rows, WebhookHint(written.webhook_url, written.verdict_state))
 
 
 async def add_numbered_events(
@@ -296,13 +299,15 @@ async def add_numbered_events(
     return await _announce(session, rows)
 
 
-async def _announce(session: AsyncSession, rows: list[dict[str, Any]]) -> list[AddedEvent]:
+async def _announce(
+    session: AsyncSession, rows: list[dict[str, Any]], hint: WebhookHint | None = None
+) -> list[AddedEvent]:
     """Queue the webhooks the events call for, and their publishing after commit."""
     events = [AddedEvent(**row) for row in rows]
     for event in events:
         if event.type in WEBHOOK_EVENT_TYPES:  # one set lookup for every other event: the agent's hot path
             # The webhook outbox row commits with the event (and the final state beside it), or neither does.
-            await enqueue_for_event(session, event)
+            await enqueue_for_event(session, event, hint)
             # The same events end a run or decide a review: their spans' outbox row commits with them too.
             queue_spans_for_event(session, event.execution_id, event.type, event.payload)
         message = event_message(event)

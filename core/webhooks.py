@@ -17,7 +17,7 @@ notification, with `data.verdict`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -151,14 +151,30 @@ def _queue(session: AsyncSession, row: sa.Row[Any], url: str, payload: dict[str,
     return delivery
 
 
-async def enqueue_for_event(session: AsyncSession, event: AddedEvent) -> WebhookDelivery | None:
-    """Queue the webhook an event calls for, if any, in the caller's transaction."""
+_AWAITED_VERDICT = (VerdictState.PENDING, VerdictState.GRADING)
+
+
+class WebhookHint(NamedTuple):
+    """The execution's webhook URL and verdict state as the statement that added the event returned them."""
+
+    webhook_url: str | None
+    verdict_state: str | None
+
+
+async def enqueue_for_event(
+    session: AsyncSession, event: AddedEvent, hint: WebhookHint | None = None
+) -> WebhookDelivery | None:
+    """Queue the webhook an event calls for, if any, in the caller's transaction. With `hint` (read in this
+    transaction by the statement that added the event), an execution with no webhook and no verdict to wait for
+    costs no read (issue 25: every decision and every finish asks)."""
     if event.type not in WEBHOOK_EVENT_TYPES:
+        return None
+    if hint is not None and not hint.webhook_url and hint.verdict_state not in _AWAITED_VERDICT:
         return None
     row = await _facts(session, event.execution_id)
     if row is None:
         return None
-    waits_for_verdict = row.verdict_state in (VerdictState.PENDING, VerdictState.GRADING)
+    waits_for_verdict = row.verdict_state in _AWAITED_VERDICT
     if event.type in FINAL_EVENTS and waits_for_verdict:
         publish_after_commit(session, SCORING_CHANNEL, {"executionId": row.id})
     if not row.webhook_url:

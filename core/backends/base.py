@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -42,6 +42,15 @@ class Companion:
     @property
     def shape(self) -> Shape:
         return self.table, tuple(self.row), self.conflict
+
+
+class Appended(NamedTuple):
+    """The event rows an allocation's batch wrote, and what the allocation's row said of the execution's webhook
+    (`seq_allocation` returns both): enough to know that no webhook is due without reading the row again."""
+
+    rows: list[dict[str, Any]]
+    webhook_url: str | None
+    verdict_state: str | None
 
 
 class Backend(ABC):
@@ -84,9 +93,10 @@ class Backend(ABC):
 
     @abstractmethod
     def claim_statement(self, claiming: DirectStatement) -> DirectStatement:
-        """The statement to run for `claiming` (an UPDATE … RETURNING id, lease_epoch, last_seq): where it can,
-        with the claim's event (`execution.started` at the first epoch, else `execution.resumed`; parameters
-        `claim_payload`, `now`) written by the same statement. Returns as `claiming`."""
+        """The statement to run for `claiming` (an UPDATE … RETURNING id, lease_epoch, last_seq, then what the
+        runner starts from): where it can, with the claim's event (`execution.started` at the first epoch, else
+        `execution.resumed`; parameters `claim_payload`, `now`) written by the same statement. Returns as
+        `claiming`."""
 
     @abstractmethod
     def create_statement(self, insert: sa.Insert) -> DirectStatement:
@@ -111,9 +121,9 @@ class Backend(ABC):
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],
-    ) -> list[dict[str, Any]] | None:
+    ) -> Appended | None:
         """Run `allocation` with `bound` and, when it matched, write `companions` and the events `items` with
-        the seqs it gave; the event rows written, or None when the allocation matched no row."""
+        the seqs it gave; the event rows written (with the allocation's row), or None when it matched no row."""
 
 
 def event_rows(

@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
-from core.backends.base import Backend, Companion, SelectT, Shape, companion_insert, event_rows
+from core.backends.base import Appended, Backend, Companion, SelectT, Shape, companion_insert, event_rows
 from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
 from core.vocabulary import EventType
 
@@ -46,7 +46,7 @@ def _claiming_with_event(claiming: DirectStatement) -> DirectStatement:
         sa.bindparam("now", type_=UTCDateTime()),
     )
     logged = sa.insert(EVENTS).from_select(_EVENT_COLUMNS, event).cte("logged")
-    return DirectStatement(sa.select(claimed.c.id, claimed.c.lease_epoch, claimed.c.last_seq).add_cte(logged))
+    return DirectStatement(sa.select(*claimed.c).add_cte(logged))
 
 
 def _created_with_event(insert: sa.Insert) -> DirectStatement:
@@ -66,8 +66,9 @@ def _created_with_event(insert: sa.Insert) -> DirectStatement:
 @functools.cache
 def _allocate_and_insert(allocation: DirectStatement, count: int, companions: tuple[Shape, ...]) -> DirectStatement:
     """`allocation` as a data-modifying CTE and `count` events inserted from what it returns, in one statement,
-    with the rows of `companions` (their shapes) only when the allocation matched. Parameters as the
-    allocation's, plus `at`, `type_<n>`, `payload_<n>` for each event and `c<i>_<column>` for each companion."""
+    with the rows of `companions` (their shapes) only when the allocation matched; returns what the allocation
+    returns. Parameters as the allocation's, plus `at`, `type_<n>`, `payload_<n>` for each event and
+    `c<i>_<column>` for each companion."""
     allocated = allocation.statement.cte("allocated")
     columns = EVENTS.c
     rows = [
@@ -81,7 +82,9 @@ def _allocate_and_insert(allocation: DirectStatement, count: int, companions: tu
         for n in range(count)
     ]
     source = rows[0] if count == 1 else sa.union_all(*rows)
-    statement = sa.insert(EVENTS).from_select(_EVENT_COLUMNS, source).returning(columns.seq)
+    logged = sa.insert(EVENTS).from_select(_EVENT_COLUMNS, source).cte("logged")
+    # What the allocation returned, as it returned it: a data-modifying CTE runs whether or not it is read.
+    statement = sa.select(*allocated.c).add_cte(logged)
     for i, shape in enumerate(companions):
         table, names, _conflict = shape
         values = sa.select(*(sa.bindparam(f"c{i}_{name}", type_=table.c[name].type) for name in names))
@@ -135,7 +138,7 @@ class PostgresBackend(Backend):
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],
-    ) -> list[dict[str, Any]] | None:
+    ) -> Appended | None:
         # One statement, one round trip: the allocation, the rows and the companions together.
         now = utcnow()
         for n, (type_, payload) in enumerate(items):
@@ -144,11 +147,11 @@ class PostgresBackend(Backend):
             bound.update({f"c{i}_{name}": value for name, value in companion.row.items()})
         statement = _allocate_and_insert(allocation, len(items), tuple(companion.shape for companion in companions))
         bound["at"] = now
-        seqs = await run_direct(session, lambda cursor: cursor.execute(statement, bound))
-        first = min((seq for (seq,) in seqs), default=None)
-        if first is None:
+        allocated = await run_direct(session, lambda cursor: cursor.execute(statement, bound))
+        if not allocated:
             return None
-        return event_rows(execution_id, first, items, now)
+        last_seq, webhook_url, verdict_state = allocated[0]
+        return Appended(event_rows(execution_id, last_seq - len(items) + 1, items, now), webhook_url, verdict_state)
 
 
 POSTGRESQL = PostgresBackend()

@@ -13,7 +13,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectCursor, DirectStatement, run_direct
-from core.backends.base import Backend, Companion, SelectT, event_rows
+from core.backends.base import Appended, Backend, Companion, SelectT, event_rows
 from core.models import EVENTS, EXECUTIONS, utcnow
 from core.sql import one_of
 
@@ -71,18 +71,19 @@ class SqliteBackend(Backend):
         allocation: DirectStatement,
         bound: dict[str, Any],
         companions: Sequence[Companion],
-    ) -> list[dict[str, Any]] | None:
+    ) -> Appended | None:
         now = utcnow()
 
-        def write(cursor: DirectCursor) -> list[dict[str, Any]] | None:
+        def write(cursor: DirectCursor) -> Appended | None:
             allocated = cursor.execute(allocation, bound)
             if not allocated:
                 return None
+            last_seq, webhook_url, verdict_state = allocated[0]
             for companion in companions:
                 cursor.execute(self.companion_statement(companion.shape), companion.row)
-            rows = event_rows(execution_id, allocated[0][0] - len(items) + 1, items, now)
+            rows = event_rows(execution_id, last_seq - len(items) + 1, items, now)
             cursor.executemany(_INSERT_EVENTS, rows)
-            return rows
+            return Appended(rows, webhook_url, verdict_state)
 
         # One call to the driver for the allocation, the companions and the events.
         return await run_direct(session, write)

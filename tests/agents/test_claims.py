@@ -16,7 +16,7 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.db import Database
 from core.ids import new_id
-from core.models import ApiKey, Execution, utcnow
+from core.models import ApiKey, Checkpoint, Execution, utcnow
 from core.settings import Settings
 from tests.conftest import make_account
 
@@ -138,3 +138,39 @@ async def test_a_stale_claim_of_the_same_worker_is_fenced_out_by_its_epoch(db: D
             await ExecutionRunner(settings, db, "worker-a", first).fence(session)
     async with db.transaction() as session:
         await ExecutionRunner(settings, db, "worker-a", second).fence(session)
+
+
+async def test_a_claim_hands_back_what_the_run_goes_on_from(db: Database, settings: Settings) -> None:
+    """The agent's state as stored (JSON decoded as SQLAlchemy would), the run's mode and how many of the caller's
+    checkpoints wait to be passed: the runner's re-entry reads nothing more (issue 25)."""
+    account = await make_account(db, settings, f"{new_id('u')}@example.com")
+    stage = {"stage": "Write", "description": "the note", "verificationQuestion": "Write it?"}
+    task = CreateTaskIn.model_validate(
+        {
+            "taskName": "t",
+            "taskDescription": 'Write a note called "a.md" saying "hi".',
+            "testMode": "with-verification",
+            "assignedReviewer": account.email,
+            "autoDetectCheckpoints": True,
+            "checkpoints": [stage, {**stage, "stage": "Check"}],
+        }
+    )
+    async with db.transaction() as session:
+        key_id = await session.scalar(sa.select(ApiKey.id).where(ApiKey.user_id == account.user_id))
+        caller = Caller(account.user_id, account.email, str(key_id), frozenset({"eval:manage"}))
+        exe = (await create_execution(session, caller, task, "offline")).id
+    first = await claim_next(db, "worker-a", 30)
+    assert first is not None and first.entry is not None
+    assert (first.entry.state, first.entry.test_mode) == (None, "with-verification")
+    assert (first.entry.auto_detect_checkpoints, first.entry.caller_pending) == (True, 2)
+    state = {"agent": "offline", "cursor": 1, "plan": [{"tool": "write_file", "args": {"path": "é.md"}}]}
+    await set_fields(db, exe, agent_state=state, lease_until=utcnow() - timedelta(seconds=1))
+    async with db.transaction() as session:
+        await session.execute(
+            sa.update(Checkpoint)
+            .where(Checkpoint.execution_id == exe, Checkpoint.position == 0)
+            .values(status="approved")
+        )
+    second = await claim_next(db, "worker-b", 30)
+    assert second == Claim(exe, 2) and second.entry is not None
+    assert (second.entry.state, second.entry.caller_pending) == (state, 1)
