@@ -48,6 +48,17 @@ from vouch_client.models import (
     TaskSpec,
     Verdict,
 )
+from vouch_client.suite_calls import SuiteExport
+from vouch_client.suite_models import (
+    CreatedSuite,
+    ModelResult,
+    Suite,
+    SuitePage,
+    SuiteProgress,
+    SuiteRun,
+    SuiteSpec,
+    SuiteSummary,
+)
 from vouch_client.sync import Client
 from vouch_client.webhooks import WebhookVerificationError, verify_webhook
 
@@ -62,6 +73,7 @@ __all__ = [
     "CheckpointState",
     "Client",
     "Conflict",
+    "CreatedSuite",
     "CreatedTask",
     "Decision",
     "DecisionAnswer",
@@ -72,6 +84,7 @@ __all__ = [
     "ExternalRun",
     "FieldError",
     "Metrics",
+    "ModelResult",
     "NotFound",
     "PermissionDenied",
     "Problem",
@@ -82,6 +95,13 @@ __all__ = [
     "ServerError",
     "StatusRecord",
     "StreamError",
+    "Suite",
+    "SuiteExport",
+    "SuitePage",
+    "SuiteProgress",
+    "SuiteRun",
+    "SuiteSpec",
+    "SuiteSummary",
     "TaskSpec",
     "TransportError",
     "Unauthorized",
