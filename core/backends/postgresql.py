@@ -135,6 +135,21 @@ class PostgresBackend(Backend):
     def companion_statement(self, shape: Shape) -> DirectStatement:
         return _companion_statement(shape)
 
+    def microseconds_between(self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        # timestamptz keeps microseconds: the interval's epoch is exact in numeric.
+        seconds = sa.cast(sa.extract("epoch", end - start), sa.Numeric())
+        return sa.cast(sa.func.round(seconds * 1_000_000), sa.BigInteger())
+
+    def percentiles(
+        self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
+    ) -> sa.Select[Any]:
+        keys = [rows.c[name] for name in groups]
+        columns = [
+            sa.func.percentile_cont(fraction).within_group(rows.c[value]).label(f"p{index}")
+            for index, fraction in enumerate(fractions)
+        ]
+        return sa.select(*keys, *columns).group_by(*keys)
+
     async def append_events(
         self,
         session: AsyncSession,
