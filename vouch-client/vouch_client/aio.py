@@ -176,10 +176,12 @@ class AsyncClient:
 
     # Suites: the same tasks across models, repeats and test modes -----------------------------------------------
 
-    async def create_suite(self, suite: SuiteSpec | Mapping[str, Any]) -> CreatedSuite:
+    async def create_suite(
+        self, suite: SuiteSpec | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> CreatedSuite:
         """Start a suite (POST /api/eval/suites): every task x model x repeat (x both test modes) as a run, started
-        within the key's concurrency limit. Not resent once the request may have arrived (no Idempotency-Key)."""
-        return await self._send(suite_calls.create_suite(suite))
+        within the key's concurrency limit; retried safely under one Idempotency-Key."""
+        return await self._send(suite_calls.create_suite(suite, idempotency_key))
 
     async def suite(self, suite_id: str) -> Suite:
         """Progress, per model results (pass rate with its interval, intervention rate, review waits, cost) and

@@ -1,11 +1,12 @@
 """The suite calls: what each sends and how its answer is read (the sync and async clients send them alike).
 
-A suite's create carries no Idempotency-Key (the route takes none), so it is not resent after the request may
-have arrived: a second attempt could start every run twice. Reads are resent as any GET is; cancel is not.
+A suite's create always carries an Idempotency-Key, as a task's create does, so a resent create returns the first
+answer instead of starting every run twice. Reads are resent as any GET is; cancel is not.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from email.message import Message
@@ -30,9 +31,18 @@ class SuiteExport:
     filename: str | None
 
 
-def create_suite(suite: SuiteSpec | Mapping[str, Any]) -> Call[CreatedSuite]:
+def create_suite(suite: SuiteSpec | Mapping[str, Any], idempotency_key: str | None = None) -> Call[CreatedSuite]:
     spec = suite if isinstance(suite, SuiteSpec) else SuiteSpec.model_validate(dict(suite))
-    return Call("POST", "/api/eval/suites", _model(CreatedSuite), json=spec.body())
+    # Generated once per call, so every retry of this create carries the same key.
+    key = idempotency_key or f"vouch-py-{uuid.uuid4()}"
+    return Call(
+        "POST",
+        "/api/eval/suites",
+        _model(CreatedSuite),
+        json=spec.body(),
+        headers={"Idempotency-Key": key},
+        idempotent=True,
+    )
 
 
 def suite(suite_id: str) -> Call[Suite]:

@@ -207,10 +207,12 @@ class Client:
 
     # Suites: the same tasks across models, repeats and test modes -----------------------------------------------
 
-    def create_suite(self, suite: SuiteSpec | Mapping[str, Any]) -> CreatedSuite:
+    def create_suite(
+        self, suite: SuiteSpec | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> CreatedSuite:
         """Start a suite (POST /api/eval/suites): every task x model x repeat (x both test modes) as a run, started
-        within the key's concurrency limit. Not resent once the request may have arrived (no Idempotency-Key)."""
-        return self._send(suite_calls.create_suite(suite))
+        within the key's concurrency limit; retried safely under one Idempotency-Key."""
+        return self._send(suite_calls.create_suite(suite, idempotency_key))
 
     def suite(self, suite_id: str) -> Suite:
         """Progress, per model results (pass rate with its interval, intervention rate, review waits, cost) and
