@@ -6,6 +6,7 @@ As in charts.py: no script, colours from classes in static/css/vouch.css, labels
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,7 @@ def pass_rates(by_model: Sequence[Mapping[str, Any]]) -> IntervalChart:
 
 
 SCATTER_LEFT, SCATTER_PLOT_W, SCATTER_PLOT_H, SCATTER_TOP = 60, 560, 240, 14
+LABEL_STEP = 13
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Point:
     label: str
     x: float
     y: float
+    label_y: float  # below the labels of points drawn at the same place, not over them
     cost: float
     rate: float
     mode: str  # with-verification | without-verification: its class, so the two modes read apart
@@ -97,8 +100,12 @@ class Scatter:
     right: float = SCATTER_LEFT + SCATTER_PLOT_W
 
 
-def _money(value: float) -> str:
-    return f"${value:.4f}" if value < 1 else f"${value:,.2f}"
+def _money(value: float, top: float) -> str:
+    """A tick's amount with the decimals the axis needs: $0.00008 apart must not read as the same $0.0001."""
+    if top >= 1:
+        return f"${value:,.2f}"
+    decimals = max(2, 1 - math.floor(math.log10(top / 4)))
+    return f"${value:.{decimals}f}"
 
 
 def cost_against_pass_rate(by_model: Sequence[Mapping[str, Any]]) -> Scatter:
@@ -118,12 +125,13 @@ def cost_against_pass_rate(by_model: Sequence[Mapping[str, Any]]) -> Scatter:
     def y_of(rate: float) -> float:
         return SCATTER_TOP + SCATTER_PLOT_H * (1 - min(1.0, max(0.0, rate)))
 
-    points = [
-        Point(_label(r), x_of(float(r["costUsd"])), y_of(float(r["passRate"])), float(r["costUsd"]),
-              float(r["passRate"]), str(r["testMode"]))
-        for r in drawable
-    ]
-    x_ticks = [Tick(x_of(top_cost * i / 4), _money(top_cost * i / 4)) for i in range(5)]
+    points: list[Point] = []
+    for r in drawable:
+        x, y = x_of(float(r["costUsd"])), y_of(float(r["passRate"]))
+        near = sum(1 for p in points if abs(p.x - x) < 40 and abs(p.y - y) < 8)
+        points.append(Point(_label(r), x, y, y + 4 + LABEL_STEP * near, float(r["costUsd"]), float(r["passRate"]),
+                            str(r["testMode"])))  # fmt: skip
+    x_ticks = [Tick(x_of(top_cost * i / 4), _money(top_cost * i / 4, top_cost)) for i in range(5)]
     y_ticks = [Tick(y_of(i / 4), f"{i * 25}%") for i in range(5)]
     height = SCATTER_TOP + SCATTER_PLOT_H + 36
     return Scatter(points, x_ticks, y_ticks, unplotted, SCATTER_LEFT + SCATTER_PLOT_W + 150, height)

@@ -15,13 +15,13 @@ from typing import Any, get_args
 
 import pytest
 from pydantic import BaseModel
-from vouch_client import calls, cli, models
+from vouch_client import calls, cli, models, suite_models
 from vouch_client.errors import _BY_STATUS
 from vouch_client.webhooks import sign as client_sign
 
 from api import openapi_models as served
 from api.openapi_answers import PROBLEM_CODES
-from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
+from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn, SuiteIn
 from core.vocabulary import ENDING_EVENTS
 from core.vocabulary import FINAL as FINAL_STATUSES
 from core.webhook_secrets import sign as server_sign
@@ -38,6 +38,7 @@ SERVER_PACKAGES = ("core", "api", "agents", "review", "chat")
         (models.ExecutionPatch, ExecutionPatchIn),
         (models.DecisionRequest, DecisionIn),
         (models.GradeRequest, GradeIn),
+        (suite_models.SuiteSpec, SuiteIn),
     ],
 )
 def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseModel], server: type[BaseModel]) -> None:

@@ -170,7 +170,7 @@ async def check_tables(page: Page, suite: Any) -> None:
         )
         shown = (await row.locator("td.pass-rate").inner_text()).strip()
         low, high = result.passRateInterval
-        assert shown == f"{result.passRate * 100:.0f}% ({low * 100:.0f}%–{high * 100:.0f}%)"
+        assert shown == f"{result.passRate * 100:.0f}% ({low * 100:.0f}%\u2013{high * 100:.0f}%)"  # an en dash
 
     # The grid: a row per task, a cell per model and mode, a link per run to its chat, marked as the API says.
     await expect(page.locator("#grid tbody tr")).to_have_count(2)
