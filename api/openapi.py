@@ -33,6 +33,13 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "The execution's id, as returned by the create call.",
         "schema": {"type": "string", "example": "exe_01jcz3m7k2f4w8n6q0r5t9v3xa"},
     },
+    "SuiteId": {
+        "name": "suiteId",
+        "in": "path",
+        "required": True,
+        "description": "The suite's id, as returned by the suite's create call.",
+        "schema": {"type": "string", "example": "ste_01jcz3m7k2f4w8n6q0r5t9v3xa"},
+    },
     "CheckpointId": {
         "name": "checkpointId",
         "in": "path",
@@ -254,6 +261,7 @@ class _Builder:
                 {"name": "Executions", "description": "Create evaluation tasks and follow their executions."},
                 {"name": "Manage", "description": "Change, cancel and delete your executions (`eval:manage`)."},
                 {"name": "Review", "description": "Decide checkpoints as their assigned reviewer."},
+                {"name": "Suites", "description": "Run the same tasks across models and compare the results."},
                 {
                     "name": "External agent",
                     "description": "Drive an execution created with `agentModel: external` from your own agent "

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.openapi_suite_models import SUITE_RESPONSE_MODELS
 from core.errors import FailureCode
 
 # Repeated as literals so that the schema lists them; tests/api/test_openapi.py keeps them in step with the code.
@@ -426,5 +427,6 @@ RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     DecisionAnswerOut,
     RedeliveryOut,
     ModelChoicesOut,
+    *SUITE_RESPONSE_MODELS,
     Problem,
 )

@@ -120,6 +120,14 @@ def _ms(microseconds: sa.ColumnElement[int]) -> sa.ColumnElement[int]:
     return whole + sa.case((up, 1), else_=0)
 
 
+def _round_half_even(backend: Backend, value: sa.ColumnElement[float]) -> sa.ColumnElement[int]:
+    """A number >= 0 rounded as Python's round() does (core.metrics rounds `agentMs` so)."""
+    whole = backend.floor(value)
+    rest = value - whole
+    up = sa.or_(rest > 0.5, sa.and_(rest == 0.5, whole % 2 == 1))
+    return whole + sa.case((up, 1), else_=0)
+
+
 @functools.cache
 def _statements(backend: Backend) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
     """The per-run rows, the per-group aggregates and the two percentile queries of a suite (`suite_id`)."""
@@ -182,7 +190,7 @@ def _statements(backend: Backend) -> tuple[sa.Select[Any], sa.Select[Any], sa.Se
             sa.func.coalesce(by_decisions.c.rejects, 0).label("rejects"),
             sa.func.coalesce(by_decisions.c.edits, 0).label("edits"),
             sa.func.coalesce(by_events.c.revisions, 0).label("revisions"),
-            sa.func.round(sa.func.coalesce(by_events.c.agent_ms, 0.0)).label("agent_ms"),
+            _round_half_even(backend, sa.func.coalesce(by_events.c.agent_ms, 0.0)).label("agent_ms"),
             sa.func.coalesce(by_events.c.input_tokens, 0).label("input_tokens"),
             sa.func.coalesce(by_events.c.output_tokens, 0).label("output_tokens"),
             sa.func.coalesce(by_events.c.requests, 0).label("requests"),

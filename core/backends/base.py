@@ -106,6 +106,10 @@ class Backend(ABC):
         """Whole microseconds from the timestamp `start` to `end`, exactly (as Python subtracts two datetimes)."""
 
     @abstractmethod
+    def floor(self, value: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        """The largest whole number not above `value` (a number >= 0), as an integer."""
+
+    @abstractmethod
     def percentiles(
         self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
     ) -> sa.Select[Any]:

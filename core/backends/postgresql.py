@@ -140,6 +140,9 @@ class PostgresBackend(Backend):
         seconds = sa.cast(sa.extract("epoch", end - start), sa.Numeric())
         return sa.cast(sa.func.round(seconds * 1_000_000), sa.BigInteger())
 
+    def floor(self, value: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        return sa.cast(sa.func.floor(value), sa.BigInteger())  # a cast alone would round
+
     def percentiles(
         self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
     ) -> sa.Select[Any]:

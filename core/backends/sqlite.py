@@ -82,6 +82,9 @@ class SqliteBackend(Backend):
     def microseconds_between(self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
         return _microseconds(end) - _microseconds(start)
 
+    def floor(self, value: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        return sa.cast(value, sa.Integer())  # truncates: the floor of a number >= 0 (floor() is optional here)
+
     def percentiles(
         self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
     ) -> sa.Select[Any]:
