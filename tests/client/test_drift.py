@@ -20,6 +20,7 @@ from vouch_client.errors import _BY_STATUS
 from vouch_client.webhooks import sign as client_sign
 
 from api import openapi_models as served
+from api import openapi_suite_models as served_suites
 from api.openapi_answers import PROBLEM_CODES
 from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn, SuiteIn
 from core.vocabulary import ENDING_EVENTS
@@ -66,6 +67,13 @@ def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseMode
         (models.DecisionAnswer, served.DecisionAnswerOut),
         (models.FieldError, served.ProblemFieldError),
         (models.Problem, served.Problem),
+        (suite_models.CreatedSuite, served_suites.SuiteCreatedOut),
+        (suite_models.SuiteProgress, served_suites.SuiteProgressOut),
+        (suite_models.ModelResult, served_suites.SuiteModelResultOut),
+        (suite_models.SuiteRun, served_suites.SuiteRunOut),
+        (suite_models.Suite, served_suites.SuiteOut),
+        (suite_models.SuiteSummary, served_suites.SuiteSummaryOut),
+        (suite_models.SuitePage, served_suites.SuiteListOut),
     ],
 )
 def test_an_answer_model_reads_only_fields_the_server_sends(client: type[BaseModel], server: type[BaseModel]) -> None:
