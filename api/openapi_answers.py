@@ -83,4 +83,6 @@ class Operation:
     success_headers: tuple[str, ...] = ()  # names in components.headers (always sent)
     optional_headers: tuple[str, ...] = ()  # sent on some answers only
     success_media: str = "application/json"
+    # Further media types of the success answer (a body of bytes each), when a parameter chooses among them.
+    more_media: tuple[str, ...] = ()
     links: dict[str, Any] = field(default_factory=dict)

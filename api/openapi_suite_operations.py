@@ -86,6 +86,27 @@ SUITE_OPERATIONS: tuple[Operation, ...] = (
         parameters=("SuiteId",),
     ),
     Operation(
+        "get",
+        "/api/eval/suites/{suiteId}/export",
+        "exportSuite",
+        "Suites",
+        "Export a suite's runs",
+        "Every run of the suite, in the suite's order (runs not started yet too, with their status), as a file "
+        "for the tools evaluators already use: JSON Lines, CSV, or an Inspect AI eval log. Each run carries its "
+        "task, output and expected output, verdict and scores, metrics and every reviewer's decision. The body "
+        "is sent as it is written; `Content-Disposition` names the file.",
+        "eval:read",
+        200,
+        None,
+        "The export: `application/jsonl`, `text/csv` or `application/zip` (an Inspect `.eval` log), as `format` "
+        "asks.",
+        problems=(*_KEYED, "not_found", "validation_failed"),
+        parameters=("SuiteId", "ExportFormat"),
+        success_headers=("Content-Disposition",),
+        success_media="application/jsonl",
+        more_media=("text/csv", "application/zip"),
+    ),
+    Operation(
         "post",
         "/api/eval/suites/{suiteId}/cancel",
         "cancelSuite",

@@ -7,10 +7,11 @@ and the per-model results, computed in the database (core/suite_summary.py). Ano
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from quart import Blueprint, request
+from quart import Blueprint, Response, request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.suite_scheduler import start_pending_runs
@@ -21,6 +22,8 @@ from api.idempotency import idempotent
 from api.problems import ApiError, not_found
 from api.schemas import MAX_SUITE_RUNS, MODEL_PROFILES, CreateTaskIn, SuiteIn, parse_body
 from api.tasks import base_url, execution_chat_url, json_body
+from core.db import Database
+from core.exports import EXPORT_FORMATS, ExportFormat, ExportRun, suite_export_runs
 from core.formatting import isoformat
 from core.ids import new_id
 from core.models import EXECUTIONS, SUITE_RUNS, SUITE_TASKS, SUITES, Suite, utcnow
@@ -33,6 +36,10 @@ blueprint = Blueprint("suites", __name__, url_prefix="/api/eval/suites")
 BOTH = "both"
 MODES = ("with-verification", "without-verification")
 _LIST_PARAMETERS = frozenset({"limit", "cursor"})
+_EXPORT_PARAMETERS = frozenset({"format"})
+# Sending an export may take longer than Quart's 60 s for one answer (a large Inspect log to a slow reader); past
+# this the connection is dropped mid-body, which the reader sees as an incomplete answer, never as a whole file.
+EXPORT_SECONDS = 600
 
 
 def _task_problem(index: int, error: ApiError) -> ApiError:
@@ -294,3 +301,32 @@ async def cancel_suite(suite_id: str) -> dict[str, Any]:
         await cancel_active(session, execution_id, caller.email)
     await session.refresh(suite)
     return await suite_record(session, suite)
+
+
+async def _export_body(db: Database, export: ExportFormat, runs: Sequence[ExportRun]) -> AsyncIterator[bytes]:
+    # Sent after the request's own session has closed: the rows are read in a session of the body's own.
+    async with db.reading() as session:
+        async for piece in export.write(session, runs):
+            yield piece
+
+
+@blueprint.get("/<suite_id>/export")
+@require_scope("eval:read")
+async def export_suite(suite_id: str) -> Response:
+    """Every run of the suite, in its order, as JSON Lines, CSV or an Inspect AI eval log (core/exports), sent
+    as it is written."""
+    args = request.args
+    unknown = sorted(set(args) - _EXPORT_PARAMETERS)
+    if unknown:
+        raise _invalid(unknown[0], "unknown query parameter; use format")
+    name = args.get("format", "jsonl")
+    export = EXPORT_FORMATS.get(name)
+    if export is None:
+        raise _invalid("format", f"must be one of {', '.join(EXPORT_FORMATS)}")
+    session = db_session()
+    suite = await _owned(session, suite_id, current_caller())
+    runs = await suite_export_runs(session, suite.id, suite.name)
+    response = Response(_export_body(services().db, export, runs), content_type=export.media_type)
+    response.headers["Content-Disposition"] = f'attachment; filename="{export.filename(suite.id)}"'
+    response.timeout = EXPORT_SECONDS
+    return response

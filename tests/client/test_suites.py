@@ -4,6 +4,9 @@ codes a CI job gates on (the pass rate per model, a model with no scored run, a 
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -11,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from inspect_ai.log import read_eval_log_async
 from vouch_client import AsyncClient, Client, Conflict, NotFound, Suite
 
 from tests.client.conftest import OWNER, Vouch, make_accounts, plain_task, reviewed_task
@@ -160,3 +164,42 @@ async def test_the_async_client_lists_pages_and_hides_another_users_suites(vouch
         twice = await client.create_suite(body, idempotency_key="suite-once")
         assert once.suiteId == twice.suiteId
         assert [s.name async for s in client.iter_suites()].count("Once") == 1
+
+
+def test_exports_arrive_through_the_client_and_the_cli(vouch: Vouch, tmp_path: Path) -> None:
+    path = suite_file(tmp_path, tasks=[scored("Right", PASSES), scored("Wrong", FAILS)], testMode="both")
+    done = _vouch(vouch, "suites", "run", path, "--watch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    suite_id = done.stdout.splitlines()[0].split("/suites/")[1]
+    with Client(vouch.base, vouch.owner.key) as client:
+        suite = client.suite(suite_id)
+        expected = [(run.executionId, run.taskName, run.testMode, run.status, run.passed) for run in suite.runs]
+        assert len(expected) == 4 and suite.status == "completed"
+        jsonl = client.export_suite(suite_id)
+        assert (jsonl.media_type, jsonl.filename) == ("application/jsonl", f"{suite_id}.jsonl")
+        records = [json.loads(line) for line in jsonl.content.decode().splitlines()]
+        assert [
+            (r["executionId"], r["taskName"], r["testMode"], r["status"], r["verdict"]["passed"]) for r in records
+        ] == expected
+        table = client.export_suite(suite_id, "csv")
+        assert (table.media_type, table.filename) == ("text/csv", f"{suite_id}.csv")
+        rows = list(csv.DictReader(io.StringIO(table.content.decode(), newline="")))
+        assert [(r["executionId"], r["passed"]) for r in rows] == [
+            (execution_id, "true" if passed else "false") for execution_id, *_, passed in expected
+        ]
+        with pytest.raises(NotFound):
+            client.export_suite("ste_nothing_here", "csv")
+    # The CLI: to a file (a line on stderr says so) and to stdout.
+    target = tmp_path / "suite.eval"
+    written = _vouch(vouch, "suites", "export", suite_id, "--format", "inspect", "-o", str(target))
+    assert written.returncode == 0, written.stderr
+    assert written.stderr.strip() == f"{target.stat().st_size} bytes to {target}"
+    log = asyncio.run(read_eval_log_async(str(target)))
+    assert log.samples is not None
+    assert sorted(s.metadata["executionId"] for s in log.samples) == sorted(e[0] for e in expected)
+    printed = _vouch(vouch, "suites", "export", suite_id, "--format", "csv")
+    assert printed.returncode == 0, printed.stderr
+    printed_rows = csv.DictReader(io.StringIO(printed.stdout, newline=""))
+    assert [r["executionId"] for r in printed_rows] == [e[0] for e in expected]
+    missing = _vouch(vouch, "suites", "export", "ste_nothing_here")
+    assert missing.returncode != 0 and missing.stderr.startswith("vouch: not_found: ")
