@@ -77,6 +77,12 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "Page size.",
         "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
     },
+    "RunLimit": {
+        "name": "limit",
+        "in": "query",
+        "description": "Page size.",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
+    },
     "Cursor": {
         "name": "cursor",
         "in": "query",

@@ -113,7 +113,7 @@ class SuiteRunOut(_Out):
 
 
 class SuiteOut(_Out):
-    """A suite's record: progress, results per model and mode, and every run."""
+    """A suite's record: progress and results per model and mode. Its runs are listed by `listSuiteRuns`."""
 
     success: Succeeded
     suiteId: SuiteId
@@ -128,7 +128,15 @@ class SuiteOut(_Out):
     models: list[str] = Field(description="The models, as given.")
     progress: SuiteProgressOut = Field(description="How far its runs are.")
     byModel: list[SuiteModelResultOut] = Field(description="One entry per model and test mode, in the given order.")
-    runs: list[SuiteRunOut] = Field(description="Every planned run.")
+
+
+class SuiteRunPageOut(_Out):
+    """A page of a suite's runs, in the suite's order."""
+
+    success: Succeeded
+    suiteId: SuiteId
+    runs: list[SuiteRunOut] = Field(description="This page's runs, in the order runs start.")
+    nextCursor: str | None = Field(description="Pass it back as `cursor` for the next page; null on the last page.")
 
 
 class SuiteSummaryOut(_Out):
@@ -149,4 +157,4 @@ class SuiteListOut(_Out):
     nextCursor: str | None = Field(description="Pass it back as `cursor` for the next page; null on the last page.")
 
 
-SUITE_RESPONSE_MODELS: tuple[type[BaseModel], ...] = (SuiteCreatedOut, SuiteOut, SuiteListOut)
+SUITE_RESPONSE_MODELS: tuple[type[BaseModel], ...] = (SuiteCreatedOut, SuiteOut, SuiteRunPageOut, SuiteListOut)

@@ -77,13 +77,30 @@ SUITE_OPERATIONS: tuple[Operation, ...] = (
         "A suite's progress and results",
         "Progress, and per model and test mode: runs, completed, the pass rate with its Wilson 95 % interval, the "
         "intervention rate (share of finished runs with a reject or an edit), revisions per run, review wait "
-        "p50/p90, agent time p50, tokens and cost; then every run. Computed in the database on each request.",
+        "p50/p90, agent time p50, tokens and cost. Computed in the database on each request. The runs themselves "
+        "are listed by `listSuiteRuns`.",
         "eval:read",
         200,
         "SuiteOut",
         "The suite's record.",
         problems=(*_KEYED, "not_found"),
         parameters=("SuiteId",),
+    ),
+    Operation(
+        "get",
+        "/api/eval/suites/{suiteId}/runs",
+        "listSuiteRuns",
+        "Suites",
+        "List a suite's runs",
+        "Every planned run in the suite's order (the order they start in): pending ones with `executionId` null, "
+        "then each with its execution's status, verdict, rejects, edits and chat link. Page with `limit` (1 to "
+        "500, default 100) and `cursor`.",
+        "eval:read",
+        200,
+        "SuiteRunPageOut",
+        "A page of runs.",
+        problems=(*_KEYED, "not_found", "invalid_cursor", "validation_failed"),
+        parameters=("SuiteId", "RunLimit", "Cursor"),
     ),
     Operation(
         "get",

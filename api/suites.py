@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.suite_scheduler import start_pending_runs
 from api.auth import Caller, current_caller, require_scope
-from api.cursors import Position, decode_cursor, encode_cursor
+from api.cursors import Position, decode_cursor, decode_index_cursor, encode_cursor, encode_index_cursor
 from api.executions import DEFAULT_LIMIT, MAX_LIMIT, cancel_active
 from api.idempotency import idempotent
 from api.problems import ApiError, not_found
@@ -27,7 +27,7 @@ from core.exports import EXPORT_FORMATS, ExportFormat, ExportRun, suite_export_r
 from core.formatting import isoformat
 from core.ids import new_id
 from core.models import EXECUTIONS, SUITE_RUNS, SUITE_TASKS, SUITES, Suite, utcnow
-from core.suite_summary import Progress, progress_of, suite_results
+from core.suite_summary import Progress, progress_of, run_rows, suite_results
 from core.vocabulary import ACTIVE
 from core.web.services import db_session, services
 
@@ -191,10 +191,10 @@ def _run_json(row: Any) -> dict[str, Any]:
 
 
 async def suite_record(session: AsyncSession, suite: Suite) -> dict[str, Any]:
-    """The suite's full record: progress, results per model and mode, and every run."""
+    """The suite's record: progress and results per model and mode (its runs are a list of their own: `runs`)."""
     progress = (await progress_of(session, [suite.id]))[suite.id]
     status, finished_at = suite_status(suite, progress)
-    by_model, runs = await suite_results(session, suite.id)
+    by_model = await suite_results(session, suite.id)
     order = {model: index for index, model in enumerate(suite.models)}
     by_model.sort(key=lambda entry: (order.get(entry["model"], len(order)), MODES.index(entry["testMode"])))
     return {
@@ -209,15 +209,48 @@ async def suite_record(session: AsyncSession, suite: Suite) -> dict[str, Any]:
         "models": list(suite.models),
         "progress": progress.json(),
         "byModel": by_model,
-        "runs": [_run_json(row) for row in runs],
     }
 
+
+async def all_runs(session: AsyncSession, suite_id: str) -> list[dict[str, Any]]:
+    """Every run of the suite as the API answers them, in the suite's order (the comparison page draws them all)."""
+    return [_run_json(row) for row in await run_rows(session, suite_id)]
 
 @blueprint.get("/<suite_id>")
 @require_scope("eval:read")
 async def get_suite(suite_id: str) -> dict[str, Any]:
     session = db_session()
     return await suite_record(session, await _owned(session, suite_id, current_caller()))
+
+
+_RUN_PAGE_DEFAULT = 100
+RUN_PAGE_MAX = 500
+
+
+@blueprint.get("/<suite_id>/runs")
+@require_scope("eval:read")
+async def list_suite_runs(suite_id: str) -> dict[str, Any]:
+    """A page of the suite's runs in the suite's order (the order they start in), pending ones included."""
+    limit = _limit(request.args, _RUN_PAGE_DEFAULT, RUN_PAGE_MAX)
+    session = db_session()
+    suite = await _owned(session, suite_id, current_caller())
+    secret_key = services().settings.secret_key
+    cursor = request.args.get("cursor")
+    after = decode_index_cursor(secret_key, suite.id, cursor) if cursor else -1
+    rows = await run_rows(session, suite.id, after=after, limit=limit + 1)
+    page, more = rows[:limit], len(rows) > limit
+    next_cursor = encode_index_cursor(secret_key, suite.id, page[-1].position) if more else None
+    return {"success": True, "suiteId": suite.id, "runs": [_run_json(row) for row in page], "nextCursor": next_cursor}
+
+
+def _limit(args: Any, default: int, most: int) -> int:
+    unknown = sorted(set(args) - _LIST_PARAMETERS)
+    if unknown:
+        raise _invalid(unknown[0], "unknown query parameter; use limit or cursor")
+    raw = args.get("limit")
+    if raw is not None and (not raw.isdigit() or not 1 <= int(raw) <= most):
+        raise _invalid("limit", f"must be a whole number from 1 to {most}")
+    return int(raw) if raw is not None else default
 
 
 def _invalid(parameter: str, detail: str) -> ApiError:
@@ -230,13 +263,7 @@ def _invalid(parameter: str, detail: str) -> ApiError:
 @require_scope("eval:read")
 async def list_suites() -> dict[str, Any]:
     args = request.args
-    unknown = sorted(set(args) - _LIST_PARAMETERS)
-    if unknown:
-        raise _invalid(unknown[0], "unknown query parameter; use limit or cursor")
-    raw = args.get("limit")
-    if raw is not None and (not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT):
-        raise _invalid("limit", f"must be a whole number from 1 to {MAX_LIMIT}")
-    limit = int(raw) if raw is not None else DEFAULT_LIMIT
+    limit = _limit(args, DEFAULT_LIMIT, MAX_LIMIT)
     secret_key = services().settings.secret_key
     query = (
         sa.select(Suite)

@@ -31,12 +31,13 @@ from core.backends import Backend, backend_of
 from core.models import CHECKPOINTS, DECISIONS, EVENTS, EXECUTIONS, SUITE_RUNS, SUITE_TASKS
 from core.vocabulary import FINAL, CheckpointOrigin, EventType, VerdictState
 
+# More than a suite can plan (api/schemas.py MAX_SUITE_RUNS): "every run".
+MAX_RUNS = 1_000_000
 # The normal quantile of a two-sided 95 % interval.
 Z95 = 1.959963984540054
 
 _R, _E = SUITE_RUNS.c, EXECUTIONS.c
 _SUITE = sa.bindparam("suite_id", type_=sa.String())
-_SUITE_EXECUTIONS = sa.select(_R.execution_id).where(_R.suite_id == _SUITE, _R.execution_id.is_not(None))
 
 # A started run is finished when its execution is final and its verdict settled; one whose execution was deleted
 # (only a finished one can be) counts as finished too.
@@ -129,50 +130,35 @@ def _round_half_even(backend: Backend, value: sa.ColumnElement[float]) -> sa.Col
 
 
 @functools.cache
-def _statements(backend: Backend) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
-    """The per-run rows, the per-group aggregates and the two percentile queries of a suite (`suite_id`)."""
+def _statements(backend: Backend) -> tuple[sa.Select[Any], sa.Select[Any], sa.Select[Any]]:
+    """A page of the suite's per-run rows (`suite_id`, `after` a position, `limit`), its per-group aggregates with
+    the agent time's median, and its review waits' percentiles.
+
+    Each run's sums are taken by joining its own events (and counting its decisions by a correlated subquery),
+    then grouping by the run: every step is an index lookup per run, so the cost grows with the suite's runs and
+    events whatever plan the database picks. (Joining the runs to per-execution aggregates instead lets
+    PostgreSQL, when its statistics underestimate a new suite's runs, rescan the whole aggregate once per run.)
+    """
     payload, kind = EVENTS.c.payload, EVENTS.c.type
     request = kind == EventType.MODEL_REQUEST
     duration = sa.func.coalesce(payload["durationMs"].as_float(), 0.0)
     cost = payload["costUsd"].as_float()
-    by_events = (
-        sa.select(
-            EVENTS.c.execution_id,
-            sa.func.sum(
-                sa.case((kind.in_([EventType.MODEL_REQUEST, EventType.TOOL_RESULT]), duration), else_=0.0)
-            ).label("agent_ms"),
-            _count(kind == EventType.CHECKPOINT_REVISION_REQUESTED).label("revisions"),
-            sa.func.sum(sa.case((request, sa.func.coalesce(payload["inputTokens"].as_integer(), 0)), else_=0)).label(
-                "input_tokens"
-            ),
-            sa.func.sum(sa.case((request, sa.func.coalesce(payload["outputTokens"].as_integer(), 0)), else_=0)).label(
-                "output_tokens"
-            ),
-            _count(request).label("requests"),
-            _count(sa.and_(request, cost.is_not(None))).label("priced"),
-            sa.func.sum(sa.case((request, sa.func.coalesce(cost, 0.0)), else_=0.0)).label("cost"),
-        )
-        .where(
-            EVENTS.c.execution_id.in_(_SUITE_EXECUTIONS),
-            kind.in_([EventType.MODEL_REQUEST, EventType.TOOL_RESULT, EventType.CHECKPOINT_REVISION_REQUESTED]),
-        )
-        .group_by(EVENTS.c.execution_id)
-        .subquery("by_events")
-    )
     d, cp = DECISIONS.c, CHECKPOINTS.c
     edited = sa.and_(d.edited_args.is_not(None), sa.cast(d.edited_args, sa.Text()) != "null")
-    by_decisions = (
-        sa.select(
-            d.execution_id,
-            _count(d.decision == "reject").label("rejects"),
-            _count(edited).label("edits"),
+
+    def decisions_where(condition: sa.ColumnElement[bool]) -> sa.ScalarSelect[int]:
+        return (
+            sa.select(sa.func.count())
+            .select_from(DECISIONS.join(CHECKPOINTS, cp.id == d.checkpoint_id))
+            .where(d.execution_id == _R.execution_id, cp.origin != CheckpointOrigin.GRADE, condition)
+            .scalar_subquery()
         )
-        .join(CHECKPOINTS, cp.id == d.checkpoint_id)
-        .where(d.execution_id.in_(_SUITE_EXECUTIONS), cp.origin != CheckpointOrigin.GRADE)
-        .group_by(d.execution_id)
-        .subquery("by_decisions")
-    )
-    runs = (
+
+    def summed(condition: sa.ColumnElement[bool], value: Any, zero: Any) -> sa.ColumnElement[Any]:
+        return sa.func.coalesce(sa.func.sum(sa.case((condition, value), else_=zero)), zero)
+
+    agent_ms = summed(kind.in_([EventType.MODEL_REQUEST, EventType.TOOL_RESULT]), duration, 0.0)
+    per_run = (
         sa.select(
             _R.position,
             _R.task_index,
@@ -187,78 +173,98 @@ def _statements(backend: Backend) -> tuple[sa.Select[Any], sa.Select[Any], sa.Se
             _E.verdict_passed,
             _E.verdict_score,
             sa.case((sa.and_(_R.state == "started", FINISHED), True), else_=False).label("finished"),
-            sa.func.coalesce(by_decisions.c.rejects, 0).label("rejects"),
-            sa.func.coalesce(by_decisions.c.edits, 0).label("edits"),
-            sa.func.coalesce(by_events.c.revisions, 0).label("revisions"),
-            _round_half_even(backend, sa.func.coalesce(by_events.c.agent_ms, 0.0)).label("agent_ms"),
-            sa.func.coalesce(by_events.c.input_tokens, 0).label("input_tokens"),
-            sa.func.coalesce(by_events.c.output_tokens, 0).label("output_tokens"),
-            sa.func.coalesce(by_events.c.requests, 0).label("requests"),
-            sa.func.coalesce(by_events.c.priced, 0).label("priced"),
-            sa.func.coalesce(by_events.c.cost, 0.0).label("cost"),
+            decisions_where(d.decision == "reject").label("rejects"),
+            decisions_where(edited).label("edits"),
+            _count(kind == EventType.CHECKPOINT_REVISION_REQUESTED).label("revisions"),
+            _round_half_even(backend, agent_ms).label("agent_ms"),
+            summed(request, sa.func.coalesce(payload["inputTokens"].as_integer(), 0), 0).label("input_tokens"),
+            summed(request, sa.func.coalesce(payload["outputTokens"].as_integer(), 0), 0).label("output_tokens"),
+            _count(request).label("requests"),
+            _count(sa.and_(request, cost.is_not(None))).label("priced"),
+            summed(request, sa.func.coalesce(cost, 0.0), 0.0).label("cost"),
         )
         .select_from(
             SUITE_RUNS.join(
                 SUITE_TASKS, sa.and_(SUITE_TASKS.c.suite_id == _R.suite_id, SUITE_TASKS.c.task_index == _R.task_index)
             )
             .outerjoin(EXECUTIONS, _E.id == _R.execution_id)
-            .outerjoin(by_events, by_events.c.execution_id == _R.execution_id)
-            .outerjoin(by_decisions, by_decisions.c.execution_id == _R.execution_id)
+            .outerjoin(
+                EVENTS,
+                sa.and_(
+                    EVENTS.c.execution_id == _R.execution_id,
+                    kind.in_([EventType.MODEL_REQUEST, EventType.TOOL_RESULT, EventType.CHECKPOINT_REVISION_REQUESTED]),
+                ),
+            )
         )
         .where(_R.suite_id == _SUITE)
+        # The primary keys: every other column depends on them.
+        .group_by(_R.id, SUITE_TASKS.c.suite_id, SUITE_TASKS.c.task_index, _E.id)
     )
-    per_run = runs.subquery("per_run")
-    done = per_run.c.verdict_state == VerdictState.DONE
-    fin = per_run.c.finished
-    groups = [per_run.c.model, per_run.c.test_mode]
-    by_group = sa.select(
-        *groups,
-        sa.func.count().label("runs"),
-        _count(fin).label("finished"),
-        _count(per_run.c.status == "completed").label("completed"),
-        _count(per_run.c.status == "failed").label("failed"),
-        _count(sa.and_(done, per_run.c.verdict_passed.is_(True))).label("passed"),
-        _count(sa.and_(done, per_run.c.verdict_passed.is_not(None))).label("scored"),
-        _count(sa.and_(fin, sa.or_(per_run.c.rejects > 0, per_run.c.edits > 0))).label("intervened"),
-        sa.func.coalesce(sa.func.sum(sa.case((fin, per_run.c.revisions), else_=0)), 0).label("revisions"),
-        sa.func.coalesce(sa.func.sum(per_run.c.input_tokens), 0).label("input_tokens"),
-        sa.func.coalesce(sa.func.sum(per_run.c.output_tokens), 0).label("output_tokens"),
-        sa.func.coalesce(sa.func.sum(per_run.c.requests), 0).label("requests"),
-        sa.func.coalesce(sa.func.sum(per_run.c.priced), 0).label("priced"),
-        sa.func.coalesce(sa.func.sum(per_run.c.cost), 0.0).label("cost"),
-    ).group_by(*groups)
-    finished_runs = (
-        sa.select(per_run.c.model, per_run.c.test_mode, per_run.c.agent_ms).where(fin).subquery("finished_runs")
+    page = (
+        per_run.where(_R.position > sa.bindparam("after", type_=sa.Integer()))
+        .order_by(_R.position)
+        .limit(sa.bindparam("limit", type_=sa.Integer()))
     )
-    agent_time = backend.percentiles(finished_runs, "agent_ms", ("model", "test_mode"), (0.5,))
-    # Every waited attempt of a finished run's checkpoints (its grade excepted).
-    pauses = (
+    # Used twice below: both databases compute it once for the statement.
+    runs = per_run.cte("per_run")
+    done = runs.c.verdict_state == VerdictState.DONE
+    fin = runs.c.finished
+    groups = [runs.c.model, runs.c.test_mode]
+    by_group = (
         sa.select(
-            EVENTS.c.execution_id,
-            payload["checkpointId"].as_string().label("checkpoint_id"),
-            sa.func.coalesce(payload["attempt"].as_integer(), 1).label("attempt"),
-            EVENTS.c.created_at,
+            *groups,
+            sa.func.count().label("runs"),
+            _count(fin).label("finished"),
+            _count(runs.c.status == "completed").label("completed"),
+            _count(runs.c.status == "failed").label("failed"),
+            _count(sa.and_(done, runs.c.verdict_passed.is_(True))).label("passed"),
+            _count(sa.and_(done, runs.c.verdict_passed.is_not(None))).label("scored"),
+            _count(sa.and_(fin, sa.or_(runs.c.rejects > 0, runs.c.edits > 0))).label("intervened"),
+            sa.func.coalesce(sa.func.sum(sa.case((fin, runs.c.revisions), else_=0)), 0).label("revisions"),
+            sa.func.coalesce(sa.func.sum(runs.c.input_tokens), 0).label("input_tokens"),
+            sa.func.coalesce(sa.func.sum(runs.c.output_tokens), 0).label("output_tokens"),
+            sa.func.coalesce(sa.func.sum(runs.c.requests), 0).label("requests"),
+            sa.func.coalesce(sa.func.sum(runs.c.priced), 0).label("priced"),
+            sa.func.coalesce(sa.func.sum(runs.c.cost), 0.0).label("cost"),
         )
-        .where(EVENTS.c.execution_id.in_(_SUITE_EXECUTIONS), kind == EventType.CHECKPOINT_AWAITING_REVIEW)
-        .subquery("pauses")
+        .group_by(*groups)
+        .subquery("by_group")
     )
-    p = pauses.c
+    finished_runs = sa.select(runs.c.model, runs.c.test_mode, runs.c.agent_ms).where(fin).subquery("finished_runs")
+    agent_time = backend.percentiles(finished_runs, "agent_ms", ("model", "test_mode"), (0.5,)).subquery("agent")
+    groups_with_agent_time = sa.select(by_group, agent_time.c.p0.label("agent_p50")).select_from(
+        by_group.outerjoin(
+            agent_time, sa.and_(agent_time.c.model == by_group.c.model, agent_time.c.test_mode == by_group.c.test_mode)
+        )
+    )
+    # Every waited attempt of a finished run's checkpoints (its grade excepted), found from the runs as above.
+    checkpoint_of = payload["checkpointId"].as_string()
+    attempt_of = sa.func.coalesce(payload["attempt"].as_integer(), 1)
     started_waits = (
-        sa.select(p.execution_id, p.checkpoint_id, p.attempt, sa.func.min(p.created_at).label("started_at"))
-        .group_by(p.execution_id, p.checkpoint_id, p.attempt)
+        sa.select(
+            _R.model,
+            _R.test_mode,
+            _R.execution_id,
+            checkpoint_of.label("checkpoint_id"),
+            attempt_of.label("attempt"),
+            sa.func.min(EVENTS.c.created_at).label("started_at"),
+        )
+        .select_from(
+            SUITE_RUNS.join(
+                EVENTS,
+                sa.and_(EVENTS.c.execution_id == _R.execution_id, kind == EventType.CHECKPOINT_AWAITING_REVIEW),
+            )
+        )
+        .where(_R.suite_id == _SUITE)
+        .group_by(_R.id, checkpoint_of, attempt_of)
         .subquery("started_waits")
     )
     w = started_waits.c
     ended = sa.func.coalesce(d.decided_at, _E.completed_at)
     waits = (
-        sa.select(
-            _R.model,
-            _R.test_mode,
-            _ms(backend.microseconds_between(w.started_at, ended)).label("wait_ms"),
-        )
+        sa.select(w.model, w.test_mode, _ms(backend.microseconds_between(w.started_at, ended)).label("wait_ms"))
         .select_from(
-            started_waits.join(SUITE_RUNS, sa.and_(_R.execution_id == w.execution_id, _R.suite_id == _SUITE))
-            .join(EXECUTIONS, _E.id == w.execution_id)
+            started_waits.join(EXECUTIONS, _E.id == w.execution_id)
             .join(CHECKPOINTS, cp.id == w.checkpoint_id)
             .outerjoin(DECISIONS, sa.and_(d.checkpoint_id == w.checkpoint_id, d.attempt == w.attempt))
         )
@@ -271,7 +277,7 @@ def _statements(backend: Backend) -> tuple[sa.Select[Any], sa.Select[Any], sa.Se
         .subquery("waits")
     )
     review_wait = backend.percentiles(waits, "wait_ms", ("model", "test_mode"), (0.5, 0.9))
-    return runs.order_by(_R.position), by_group, agent_time, review_wait
+    return page, groups_with_agent_time, review_wait
 
 
 def _rate(part: int, whole: int) -> float | None:
@@ -282,12 +288,10 @@ def _number(value: Any) -> float:
     return round(float(value), 3)
 
 
-async def suite_results(session: AsyncSession, suite_id: str) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The suite's `byModel` rows (one per model and test mode) and its per-run rows (in start order)."""
-    runs, by_group, agent_time, review_wait = _statements(backend_of(session))
+async def suite_results(session: AsyncSession, suite_id: str) -> list[dict[str, Any]]:
+    """The suite's `byModel` rows: one per model and test mode, sorted by both."""
+    _page, by_group, review_wait = _statements(backend_of(session))
     bound = {"suite_id": suite_id}
-    run_rows = list((await session.execute(runs, bound)).all())
-    agent = {(r.model, r.test_mode): r.p0 for r in await session.execute(agent_time, bound)}
     waits = {(r.model, r.test_mode): (r.p0, r.p1) for r in await session.execute(review_wait, bound)}
     by_model = []
     for row in await session.execute(by_group, bound):
@@ -295,7 +299,7 @@ async def suite_results(session: AsyncSession, suite_id: str) -> tuple[list[dict
         passed, scored, finished = int(row.passed), int(row.scored), int(row.finished)
         interval = wilson(passed, scored)
         wait = waits.get(key)
-        median_agent = agent.get(key)
+        median_agent = row.agent_p50
         priced = int(row.requests) > 0 and int(row.priced) == int(row.requests)
         by_model.append(
             {
@@ -319,4 +323,11 @@ async def suite_results(session: AsyncSession, suite_id: str) -> tuple[list[dict
             }
         )
     by_model.sort(key=lambda entry: (entry["model"], entry["testMode"]))
-    return by_model, run_rows
+    return by_model
+
+
+async def run_rows(session: AsyncSession, suite_id: str, *, after: int = -1, limit: int | None = None) -> list[Any]:
+    """The suite's runs after position `after`, in the suite's order, at most `limit` (None: all of them)."""
+    page, _by_group, _review_wait = _statements(backend_of(session))
+    bound = {"suite_id": suite_id, "after": after, "limit": limit if limit is not None else MAX_RUNS}
+    return list((await session.execute(page, bound)).all())

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from quart import Blueprint, abort, render_template
 
 from api.pages import suite_charts, suite_grid
-from api.suites import suite_record, suite_status
+from api.suites import all_runs, suite_record, suite_status
 from core.formatting import duration as duration_text
 from core.models import Suite
 from core.suite_summary import progress_of
@@ -64,7 +64,7 @@ async def suite_page(suite_id: str) -> str:
     suite = await session.get(Suite, suite_id) if len(suite_id) <= MAX_ID else None
     if suite is None or suite.user_id != viewer().user_id:
         abort(404)
-    summary: dict[str, Any] = await suite_record(session, suite)
+    summary: dict[str, Any] = {**await suite_record(session, suite), "runs": await all_runs(session, suite.id)}
     columns, rows = suite_grid.grid(summary)
     by_model = summary.get("byModel", [])
     return await render_template(

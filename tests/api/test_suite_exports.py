@@ -62,9 +62,18 @@ class Api:
         return await self.http.get(path, params=params, headers=bearer(self.key))
 
     async def suite(self, suite_id: str) -> dict[str, Any]:
+        """The suite's record, with its runs (every page of them) as `runs`."""
         response = await self.get(f"{SUITES}/{suite_id}")
         assert response.status_code == 200, response.text
-        return await json_of(response)
+        record = await json_of(response)
+        runs: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            page = await json_of(await self.get(f"{SUITES}/{suite_id}/runs", **({"cursor": cursor} if cursor else {})))
+            runs.extend(page["runs"])
+            cursor = page["nextCursor"]
+            if cursor is None:
+                return {**record, "runs": runs}
 
     async def decide_waiting(self, suite_id: str, model: str, decision: str, comment: str = "") -> str:
         """Decide the waiting checkpoint of `model`'s run once it waits; that run's execution id."""
@@ -216,7 +225,7 @@ async def test_each_format_reads_back_as_the_suites_record(
                     s.metadata["testMode"],
                     s.metadata["repeat"],
                     s.metadata["status"],
-                    None if not s.scores else all(score.metadata["passed"] for score in s.scores.values()),
+                    None if not s.scores else all((score.metadata or {})["passed"] for score in s.scores.values()),
                 )
                 for s in log.samples
             ],

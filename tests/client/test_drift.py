@@ -74,6 +74,7 @@ def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseMode
         (suite_models.Suite, served_suites.SuiteOut),
         (suite_models.SuiteSummary, served_suites.SuiteSummaryOut),
         (suite_models.SuitePage, served_suites.SuiteListOut),
+        (suite_models.SuiteRunPage, served_suites.SuiteRunPageOut),
     ],
 )
 def test_an_answer_model_reads_only_fields_the_server_sends(client: type[BaseModel], server: type[BaseModel]) -> None:

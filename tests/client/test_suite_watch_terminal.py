@@ -49,7 +49,7 @@ def test_the_bars_redraw_in_place_until_the_table(vouch: Vouch, terminal: Termin
 
     suite_id = screen.split("/suites/")[1].split()[0]
     with Client(vouch.base, vouch.owner.key) as client:
-        run = next(r for r in client.suite(suite_id).runs if r.testMode == "with-verification")
+        run = next(r for r in client.iter_suite_runs(suite_id) if r.testMode == "with-verification")
         assert run.executionId is not None
         paused = status_when_sync(client, run.executionId, "awaiting_review")
         client.decide(run.executionId, paused.checkpoints[0].checkpointId, "approve")

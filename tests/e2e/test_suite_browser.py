@@ -93,9 +93,10 @@ async def test_the_comparison_page_draws_what_the_api_says(
                 assert created.runs == 8
 
                 async def waiting_run() -> Any:
-                    suite = await client.suite(suite_id)
+                    runs = client.iter_suite_runs(suite_id)
                     return next(
-                        (r for r in suite.runs if r.status == "awaiting_review" and r.model == "offline"), None
+                        (r for r in [r async for r in runs] if r.status == "awaiting_review" and r.model == "offline"),
+                        None,
                     )
 
                 paused = await until(waiting_run, timeout=60)
@@ -116,8 +117,8 @@ async def test_the_comparison_page_draws_what_the_api_says(
                 # The priced model's run of the same task stops at the same checkpoint: approved.
 
                 async def other_waiting() -> Any:
-                    suite = await client.suite(suite_id)
-                    return next((r for r in suite.runs if r.status == "awaiting_review" and r.model == "cheap"), None)
+                    runs = [r async for r in client.iter_suite_runs(suite_id)]
+                    return next((r for r in runs if r.status == "awaiting_review" and r.model == "cheap"), None)
 
                 approved = await until(other_waiting, timeout=60)
                 waiting = (await client.status(approved.executionId)).waiting_checkpoint()
@@ -133,7 +134,7 @@ async def test_the_comparison_page_draws_what_the_api_says(
                 await expect(cell).to_have_class("run failed")
                 await expect(cell.locator(".count.rejects")).to_have_text("1 rej")
 
-                await check_tables(page, suite)
+                await check_tables(page, suite, [r async for r in client.iter_suite_runs(suite_id)])
                 await check_charts(page, suite)
 
                 # Each run opens its chat.
@@ -159,7 +160,7 @@ async def test_the_comparison_page_draws_what_the_api_says(
                 await other.close()
 
 
-async def check_tables(page: Page, suite: Any) -> None:
+async def check_tables(page: Page, suite: Any, runs: list[Any]) -> None:
     rows = page.locator("#by-model tbody tr")
     await expect(rows).to_have_count(len(suite.byModel))
     for index, result in enumerate(suite.byModel):
@@ -177,7 +178,7 @@ async def check_tables(page: Page, suite: Any) -> None:
     await expect(page.locator("#grid tbody tr").nth(1).locator("th")).to_have_text(XSS)
     links = page.locator("#grid a.run")
     await expect(links).to_have_count(8)
-    for run in suite.runs:
+    for run in runs:
         outcome = "passed" if run.passed else "failed"
         await expect(page.locator(f'#grid a.run[href="{run.chatUrl}"]')).to_have_class(f"run {outcome}")
 

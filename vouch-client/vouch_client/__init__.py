@@ -56,6 +56,7 @@ from vouch_client.suite_models import (
     SuitePage,
     SuiteProgress,
     SuiteRun,
+    SuiteRunPage,
     SuiteSpec,
     SuiteSummary,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "SuitePage",
     "SuiteProgress",
     "SuiteRun",
+    "SuiteRunPage",
     "SuiteSpec",
     "SuiteSummary",
     "TaskSpec",

@@ -27,7 +27,7 @@ from vouch_client.models import (
     TaskSpec,
 )
 from vouch_client.suite_calls import ExportFormat, SuiteExport
-from vouch_client.suite_models import CreatedSuite, Suite, SuitePage, SuiteSpec, SuiteSummary
+from vouch_client.suite_models import CreatedSuite, Suite, SuitePage, SuiteRun, SuiteRunPage, SuiteSpec, SuiteSummary
 
 T = TypeVar("T")
 log = logging.getLogger("vouch.client")
@@ -184,9 +184,24 @@ class AsyncClient:
         return await self._send(suite_calls.create_suite(suite, idempotency_key))
 
     async def suite(self, suite_id: str) -> Suite:
-        """Progress, per model results (pass rate with its interval, intervention rate, review waits, cost) and
-        every run."""
+        """Progress and per model results (pass rate with its interval, intervention rate, review waits, cost);
+        the runs themselves: `suite_runs`, `iter_suite_runs`."""
         return await self._send(suite_calls.suite(suite_id))
+
+    async def suite_runs(self, suite_id: str, *, limit: int | None = None, cursor: str | None = None) -> SuiteRunPage:
+        """A page of the suite's runs, in its order (at most 500)."""
+        return await self._send(suite_calls.suite_runs(suite_id, limit, cursor))
+
+    async def iter_suite_runs(self, suite_id: str, *, page_size: int = 500) -> AsyncIterator[SuiteRun]:
+        """Every run of the suite, in its order, page after page."""
+        cursor: str | None = None
+        while True:
+            page = await self.suite_runs(suite_id, limit=page_size, cursor=cursor)
+            for item in page.runs:
+                yield item
+            if page.nextCursor is None:
+                return
+            cursor = page.nextCursor
 
     async def suites(self, *, limit: int | None = None, cursor: str | None = None) -> SuitePage:
         return await self._send(suite_calls.suites(limit, cursor))

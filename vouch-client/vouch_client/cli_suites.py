@@ -70,10 +70,12 @@ async def follow(client: AsyncClient, suite_id: str, *, out: TextIO, timeout: fl
     while True:
         try:
             last = await client.suite(suite_id)
+            # The bars count every run by its state: a terminal's drawing needs the runs, a log's line does not.
+            runs = [run async for run in client.iter_suite_runs(suite_id)] if tty else []
         except TransportError as exc:  # a restarting server: the suite runs on; keep watching until the deadline
             view.note(f"! {exc}; trying again")
         else:
-            view.show(last)
+            view.show(last, runs)
             if last.final:
                 return last
         remaining = None if deadline is None else deadline - time.monotonic()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import httpx
 
 from vouch_client.calls import Call, _model, _segment, checked
-from vouch_client.suite_models import CreatedSuite, Suite, SuitePage, SuiteSpec
+from vouch_client.suite_models import CreatedSuite, Suite, SuitePage, SuiteRunPage, SuiteSpec
 
 ExportFormat = Literal["jsonl", "csv", "inspect"]
 # An export of a large suite is written while the request waits: more than a status read's 30 s.
@@ -56,6 +56,16 @@ def suites(limit: int | None = None, cursor: str | None = None) -> Call[SuitePag
     if cursor:
         params.append(("cursor", cursor))
     return Call("GET", "/api/eval/suites", _model(SuitePage), params=params, idempotent=True)
+
+
+def suite_runs(suite_id: str, limit: int | None = None, cursor: str | None = None) -> Call[SuiteRunPage]:
+    params: list[tuple[str, str]] = []
+    if limit is not None:
+        params.append(("limit", str(limit)))
+    if cursor:
+        params.append(("cursor", cursor))
+    path = f"/api/eval/suites/{_segment(suite_id)}/runs"
+    return Call("GET", path, _model(SuiteRunPage), params=params, idempotent=True)
 
 
 def cancel_suite(suite_id: str) -> Call[Suite]:

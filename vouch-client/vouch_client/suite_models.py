@@ -106,7 +106,7 @@ class SuiteRun(_Answer):
 
 
 class Suite(_Answer):
-    """GET /api/eval/suites/<id>: progress, per model results and every run."""
+    """GET /api/eval/suites/<id>: progress and per model results (the runs: `suite_runs`)."""
 
     suiteId: str
     name: str
@@ -118,11 +118,18 @@ class Suite(_Answer):
     models: list[str] = Field(default_factory=list)
     progress: SuiteProgress = Field(default_factory=SuiteProgress)
     byModel: list[ModelResult] = Field(default_factory=list)
-    runs: list[SuiteRun] = Field(default_factory=list)
 
     @property
     def final(self) -> bool:
         return self.status in SUITE_FINAL_STATUSES
+
+
+class SuiteRunPage(_Answer):
+    """One page of GET /api/eval/suites/<id>/runs, in the suite's order; pass `nextCursor` back for the next."""
+
+    suiteId: str
+    runs: list[SuiteRun]
+    nextCursor: str | None = None
 
 
 class SuiteSummary(_Answer):

@@ -6,7 +6,7 @@ is written only when the progress changes, so the log reads top to bottom. Colou
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TextIO
@@ -63,12 +63,12 @@ class Lane:
         return self.total - self.counts["active"] - self.counts["pending"]
 
 
-def lanes(suite: Suite) -> list[Lane]:
+def lanes(suite: Suite, runs: Sequence[SuiteRun]) -> list[Lane]:
     """A lane per model x mode, in the order the suite lists its models."""
     found: dict[tuple[str, str], Lane] = {}
     for row in suite.byModel:
         found.setdefault((row.model, row.testMode), Lane(row.model, row.testMode))
-    for run in suite.runs:
+    for run in runs:
         lane = found.setdefault((run.model, run.testMode), Lane(run.model, run.testMode))
         lane.counts[kind_of(run)] += 1
     return list(found.values())
@@ -130,15 +130,16 @@ class SuiteView:
         self.drawn = 0  # lines of the last drawing, to go back up over
         self.last_logged: tuple[int, ...] | None = None
 
-    def lines(self, suite: Suite) -> list[str]:
-        found = lanes(suite)
+    def lines(self, suite: Suite, runs: Sequence[SuiteRun]) -> list[str]:
+        found = lanes(suite, runs)
         width = max((len(lane.label) for lane in found), default=0)
         return [headline(suite), *(lane_line(lane, width, self.colour) for lane in found)]
 
-    def show(self, suite: Suite) -> None:
+    def show(self, suite: Suite, runs: Sequence[SuiteRun] = ()) -> None:
+        """Draw the suite; on a terminal, a bar per model from its `runs` (every one, in the suite's order)."""
         if self.tty:
             up = f"\x1b[{self.drawn}F" if self.drawn else ""
-            drawing = self.lines(suite)
+            drawing = self.lines(suite, runs)
             self.out.write(up + "".join(CLEAR_LINE + line + "\n" for line in drawing))
             self.drawn = len(drawing)
             self.out.flush()
