@@ -303,7 +303,7 @@ class ExecutionRunner:
         """`guards`, when the agent knows it, is the step the checkpoint was bound to ({step, tool, instruction}):
         the reviewer's approval lets exactly that step (or, with tool "finish", the finish) through."""
         # A reviewer may edit the arguments of the call this checkpoint gates: its approval lets exactly that
-        # call run (agents/tool_calls.py `gate` substitutes the edits). Not a crash's "run it again?" question.
+        # call run (agents/tool_calls.py `take_edits` applies the edits). Not a crash's "run it again?" question.
         editable = (
             checkpoint.tool_call_id is not None
             and next_action.get("toolCallId") == checkpoint.tool_call_id

@@ -17,6 +17,7 @@ from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
 from agents.scoring import run_scoring
+from agents.suite_scheduler import run_suite_scheduler
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
@@ -75,6 +76,8 @@ class Worker:
             helpers.append(asyncio.create_task(run_trace_exporter(self.db, self.settings, stop)))
         # Verdicts of ended runs with scorers (issue 23): any worker scores any run, once.
         helpers.append(asyncio.create_task(run_scoring(self.db, self.settings, self.models, stop)))
+        # Suites' pending runs (issue 23): started as slots of their key free up.
+        helpers.append(asyncio.create_task(run_suite_scheduler(self.db, self.settings, stop)))
         if self.settings.smtp_url:
             helpers.append(
                 asyncio.create_task(

@@ -77,6 +77,9 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     app.register_blueprint(tasks_blueprint)
     app.register_blueprint(decisions_blueprint)
     app.register_blueprint(executions_blueprint)
+    from api.suites import blueprint as suites_blueprint
+
+    app.register_blueprint(suites_blueprint)  # /api/eval/suites (issue 23)
     from api.webhooks import blueprint as webhooks_blueprint
 
     app.register_blueprint(webhooks_blueprint)  # /api/eval/executions/<id>/webhook/redeliver

@@ -110,6 +110,7 @@ class _LazyGroup(click.Group):
         # A caller's commands, which speak to a server over its API.
         "tasks": "vouch_client.cli:tasks",
         "checkpoints": "vouch_client.cli:checkpoints",
+        "suites": "vouch_client.cli_suites:suites",
         # An operator's, which write to the database.
         "users": "api.cli_accounts:users",
         "keys": "api.cli_accounts:keys",

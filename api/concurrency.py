@@ -1,7 +1,8 @@
 """At most N executions at once per API key (spec §8: 10 simultaneous eval tasks per key).
 
 Queued, running and awaiting-review executions count; finished ones (completed, failed, rejected,
-cancelled) do not. The count is a condition of the new execution's INSERT (`slot_free`), so two creates of
+cancelled) do not. The count is a condition of the new execution's INSERT (each backend's `slot_free`, put there by
+agents/creating.py, where a suite's scheduler starts runs under the same limit), so two creates of
 the same key must not count at the same time, or both see 9 and both insert (each backend's `slot_free`,
 core/backends):
 
@@ -13,7 +14,7 @@ core/backends):
   not the foreign-key checks of rows that merely point at the key.
 - SQLite: the request's write session begins with BEGIN IMMEDIATE (core/db.py), so it holds the database's
   one write lock from its first statement to its commit; no other create can count meanwhile
-  (`check_creates_serialised`).
+  (`agents.creating.check_creates_serialised`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.problems import ApiError
-from core.backends import Backend, backend_of
 from core.db import one_of
 from core.models import EXECUTIONS
 from core.vocabulary import ACTIVE
@@ -33,17 +33,6 @@ _ACTIVE_BY_STATUS = sa.select(EXECUTIONS.c.status, sa.func.count()).where(*_ACTI
 
 # No finish time can be predicted (an execution may await a human for days): a polite polling interval.
 RETRY_AFTER_SECONDS = 30
-
-
-def slot_free(backend: Backend) -> sa.ColumnElement[bool]:
-    """The condition of a create's INSERT: the key (`key_id`) has fewer than `slot_limit` executions in progress."""
-    return backend.slot_free(ACTIVE)
-
-
-def check_creates_serialised(session: AsyncSession) -> None:
-    """Refuse to count slots where another create of the key could count at the same time."""
-    if not backend_of(session).slot_count_serialised(session):
-        raise RuntimeError("the execution slot check needs the request's write (BEGIN IMMEDIATE) session")
 
 
 async def no_free_slot(session: AsyncSession, key_id: str, limit: int) -> ApiError:

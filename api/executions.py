@@ -198,6 +198,24 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
     return await _status_answer(session, execution)
 
 
+async def cancel_active(session: AsyncSession, execution_id: str, by: str) -> bool:
+    """Cancel the execution if it is queued, running or awaiting review (a suite's cancel does it for each of its
+    runs); whether it was."""
+    moved = await session.execute(
+        sa.update(Execution)
+        .where(Execution.id == execution_id, Execution.status.in_(ACTIVE))
+        .values(status=ExecutionStatus.CANCELLED, completed_at=utcnow(), worker_id=None, lease_until=None),
+        execution_options={"synchronize_session": False},
+    )
+    if moved.rowcount != 1:  # type: ignore[attr-defined]
+        return False
+    await append_event(
+        session, execution_id, EventType.EXECUTION_CANCELLED, {"status": ExecutionStatus.CANCELLED, "by": by}
+    )
+    publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id, "cancelled": True})
+    return True
+
+
 @blueprint.post("/<execution_id>/cancel")
 @require_scope("eval:manage")
 async def cancel_execution(execution_id: str) -> dict[str, Any]:
@@ -210,19 +228,9 @@ async def cancel_execution(execution_id: str) -> dict[str, Any]:
     """
     caller, session = current_caller(), db_session()
     execution = await owned_execution(session, execution_id, caller)
-    moved = await session.execute(
-        sa.update(Execution)
-        .where(Execution.id == execution_id, Execution.status.in_(ACTIVE))
-        .values(status=ExecutionStatus.CANCELLED, completed_at=utcnow(), worker_id=None, lease_until=None),
-        execution_options={"synchronize_session": False},
-    )
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
+    if not await cancel_active(session, execution_id, caller.email):
         await session.refresh(execution)
         raise _finished(execution_id, execution.status, "only queued, running or awaiting_review executions cancel")
-    await append_event(
-        session, execution_id, EventType.EXECUTION_CANCELLED, {"status": ExecutionStatus.CANCELLED, "by": caller.email}
-    )
-    publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id, "cancelled": True})
     return await _status_answer(session, execution)
 
 

@@ -33,6 +33,21 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "The execution's id, as returned by the create call.",
         "schema": {"type": "string", "example": "exe_01jcz3m7k2f4w8n6q0r5t9v3xa"},
     },
+    "SuiteId": {
+        "name": "suiteId",
+        "in": "path",
+        "required": True,
+        "description": "The suite's id, as returned by the suite's create call.",
+        "schema": {"type": "string", "example": "ste_01jcz3m7k2f4w8n6q0r5t9v3xa"},
+    },
+    "ExportFormat": {
+        "name": "format",
+        "in": "query",
+        "description": "`jsonl`: one JSON object per run, a line each. `csv`: one row per run, a column per scorer. "
+        "`inspect`: an Inspect AI eval log (`.eval`, a zip archive), one sample per run, which "
+        "`inspect_ai.log.read_eval_log` reads and `inspect view` shows.",
+        "schema": {"type": "string", "enum": ["jsonl", "csv", "inspect"], "default": "jsonl"},
+    },
     "CheckpointId": {
         "name": "checkpointId",
         "in": "path",
@@ -61,6 +76,12 @@ _PARAMETERS: dict[str, dict[str, Any]] = {
         "in": "query",
         "description": "Page size.",
         "schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+    },
+    "RunLimit": {
+        "name": "limit",
+        "in": "query",
+        "description": "Page size.",
+        "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100},
     },
     "Cursor": {
         "name": "cursor",
@@ -108,6 +129,11 @@ def _header_docs(settings: Settings) -> dict[str, dict[str, Any]]:
         "Retry-After": ("Whole seconds to wait before trying again.", {"type": "integer", "minimum": 1}),
         "WWW-Authenticate": ("A `Bearer` challenge (RFC 6750).", {"type": "string"}),
         "Location": ("URL of the new execution's status record.", {"type": "string", "format": "uri"}),
+        "Content-Disposition": (
+            "`attachment` with the file's name: the suite's id and the format's extension (`.jsonl`, `.csv`, "
+            "`.eval`).",
+            {"type": "string"},
+        ),
         "Idempotent-Replayed": (
             "`true` when this is the stored answer to an earlier request with the same `Idempotency-Key`.",
             {"type": "string", "enum": ["true"]},
@@ -220,8 +246,8 @@ class _Builder:
         if op.success_schema:
             success["content"] = {op.success_media: {"schema": {"$ref": f"#/components/schemas/{op.success_schema}"}}}
         elif op.success_status != 204:
-            kind = "string" if op.success_media == "text/html" else "object"
-            success["content"] = {op.success_media: {"schema": {"type": kind}}}
+            kind = "string" if op.success_media == "text/html" or op.more_media else "object"
+            success["content"] = {media: {"schema": {"type": kind}} for media in (op.success_media, *op.more_media)}
         if op.links:
             success["links"] = op.links
         responses: dict[str, Any] = {str(op.success_status): success}
@@ -254,6 +280,7 @@ class _Builder:
                 {"name": "Executions", "description": "Create evaluation tasks and follow their executions."},
                 {"name": "Manage", "description": "Change, cancel and delete your executions (`eval:manage`)."},
                 {"name": "Review", "description": "Decide checkpoints as their assigned reviewer."},
+                {"name": "Suites", "description": "Run the same tasks across models and compare the results."},
                 {
                     "name": "External agent",
                     "description": "Drive an execution created with `agentModel: external` from your own agent "

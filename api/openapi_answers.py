@@ -22,7 +22,7 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
         403,
         "Only the execution's `assignedReviewer` (or its `backupReviewer`, once escalated) may decide its checkpoints.",
     ),
-    "not_found": (404, "No such execution or checkpoint, or it belongs to another user."),
+    "not_found": (404, "No such execution, checkpoint or suite, or it belongs to another user."),
     "method_not_allowed": (405, "This method is not served on this path; `Allow` lists the ones that are."),
     "already_decided": (409, "The checkpoint was already decided; `detail` names who, via what channel and when."),
     "checkpoint_not_awaiting_review": (409, "The agent has not reached this checkpoint yet."),
@@ -43,10 +43,12 @@ PROBLEM_CODES: dict[str, tuple[int, str]] = {
     "webhook_not_configured": (409, "The execution has no `webhookUrl`; there is nothing to redeliver."),
     "verdict_pending": (409, "The run's verdict is not recorded yet; its completion is sent once it is."),
     "no_grade_requested": (409, "The run has no grade to give: no `human` scorer, or it has not completed yet."),
+    "suite_finished": (409, "The suite has completed or was cancelled; it can no longer be cancelled."),
     "idempotency_key_in_use": (409, "The first request with this `Idempotency-Key` is still running; retry shortly."),
     "content_too_large": (413, "The body is larger than 1 MiB."),
     "unsupported_media_type": (415, "The body was not sent as `Content-Type: application/json`."),
     "validation_failed": (422, "Invalid fields or parameters; `errors[]` names each one."),
+    "suite_too_large": (422, "The suite plans more than 2,000 runs (tasks x models x repeats x modes)."),
     "idempotency_key_reused": (422, "This `Idempotency-Key` was used with a different body."),
     "rate_limit_exceeded": (429, "The key's request rate is at its limit; wait `Retry-After` seconds."),
     "concurrent_limit_exceeded": (429, "The key has as many executions in progress as it may; `Retry-After` hints."),
@@ -81,4 +83,6 @@ class Operation:
     success_headers: tuple[str, ...] = ()  # names in components.headers (always sent)
     optional_headers: tuple[str, ...] = ()  # sent on some answers only
     success_media: str = "application/json"
+    # Further media types of the success answer (a body of bytes each), when a parameter chooses among them.
+    more_media: tuple[str, ...] = ()
     links: dict[str, Any] = field(default_factory=dict)

@@ -32,6 +32,7 @@ from api.openapi_fields import (
     Succeeded,
     TaskName,
 )
+from api.openapi_suite_models import SUITE_RESPONSE_MODELS
 from api.openapi_webhook_models import RedeliveryOut, WebhookLogOut
 from core.errors import FailureCode
 
@@ -330,5 +331,6 @@ RESPONSE_MODELS: tuple[type[BaseModel], ...] = (
     DecisionAnswerOut,
     RedeliveryOut,
     ModelChoicesOut,
+    *SUITE_RESPONSE_MODELS,
     Problem,
 )

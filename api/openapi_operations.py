@@ -13,6 +13,7 @@ from api.openapi_answers import BODY as _BODY
 from api.openapi_answers import KEYED as _KEYED
 from api.openapi_answers import Operation
 from api.openapi_external_operations import EXTERNAL_AGENT_OPERATIONS
+from api.openapi_suite_operations import SUITE_OPERATIONS
 
 _EXAMPLE_TASK = {
     "taskName": "Release note",
@@ -276,6 +277,7 @@ OPERATIONS: tuple[Operation, ...] = (
         parameters=("ExecutionId",),
     ),
     *EXTERNAL_AGENT_OPERATIONS,
+    *SUITE_OPERATIONS,
     Operation(
         "get",
         "/api/openapi.json",

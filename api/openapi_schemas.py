@@ -12,7 +12,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from api.external_schemas import ExternalCheckpointIn, ExternalCompleteIn, ExternalEventsIn
 from api.openapi_fields import ExecutionStatus
 from api.openapi_models import RESPONSE_MODELS
-from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
+from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn, SuiteIn
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     CreateTaskIn,
@@ -22,6 +22,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     ExternalEventsIn,
     ExternalCheckpointIn,
     ExternalCompleteIn,
+    SuiteIn,
 )
 _REF = "#/components/schemas/{model}"
 _NON_BLANK = r"\S"  # the models strip whitespace before checking min_length=1
@@ -185,6 +186,26 @@ _REQUEST_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
             "description": "Optional labels (each one line of at most 50 characters; at most 20, kept once each, "
             "in order), kept with the decision.",
             "anyOf": [{"type": "array", "items": {"type": "string", "maxLength": 50}}, {"type": "null"}],
+        },
+    },
+    "SuiteIn": {
+        "name": {"description": "The suite's name: one line of at most 200 characters.", "pattern": _SINGLE_LINE},
+        "tasks": {
+            "description": "1 to 500 task bodies, each exactly as `createTask` takes it (its `agentModel` and, when "
+            "the suite sets one, its `testMode` are overridden).",
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 500,
+            "items": {"$ref": "#/components/schemas/CreateTaskIn"},
+        },
+        "models": {
+            "description": "1 to 20 distinct `agentModel` values (profile names, `offline`, "
+            "`provider:model`); not `external`."
+        },
+        "repeats": {"description": "How many times each task runs with each model and mode (1 to 20)."},
+        "testMode": {
+            "description": "Every task's mode; `both` runs each task with and without verification; absent: each "
+            "task keeps its own.",
         },
     },
     "GradeIn": {

@@ -245,3 +245,32 @@ def parse_body(model: type[M], payload: Any, context: dict[str, Any] | None = No
         field = first["pointer"].lstrip("/").replace("/", ".") or "body"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ApiError(422, "validation_failed", f"{field}: {first['detail']}{more}", errors=errors) from None
+
+
+MAX_SUITE_RUNS = 2000
+
+
+def _suite_model(name: str | None, info: ValidationInfo) -> str | None:
+    if name == EXTERNAL:
+        raise ValueError("a suite runs its tasks with built-in agents: 'external' cannot be one of its models")
+    return _runnable_model(name, info)
+
+
+def _distinct(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not name a model twice")
+    return values
+
+
+SuiteModel = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_suite_model)]
+
+
+class SuiteIn(_Strict):
+    """A suite (issue 23): every task body as the create takes it, run with each model, `repeats` times."""
+
+    name: SingleLine
+    # Validated one by one as the create validates them (api/suites.py), so that errors name the task's index.
+    tasks: Annotated[list[Any], Field(min_length=1, max_length=500)]
+    models: Annotated[list[SuiteModel], Field(min_length=1, max_length=20), AfterValidator(_distinct)]
+    repeats: Annotated[StrictInt, Field(ge=1, le=20)] = 1
+    testMode: Literal["with-verification", "without-verification", "both"] | None = None

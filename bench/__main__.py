@@ -17,7 +17,16 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from bench import approve_resume, chat_fanout, create_first_step, durable_step, external, paused, status_throughput
+from bench import (
+    approve_resume,
+    chat_fanout,
+    create_first_step,
+    durable_step,
+    external,
+    paused,
+    status_throughput,
+    suite_summary,
+)
 from bench.common import Measure, backends_of, common_arguments, stack
 
 FIGURES: dict[str, Measure] = {
@@ -30,6 +39,7 @@ FIGURES: dict[str, Measure] = {
     "external-events-chat": external.measure_events,
     "chat-fanout-uncompressed": chat_fanout.measure_uncompressed,
     "paused-executions": paused.measure,
+    "suite-summary": suite_summary.measure,
 }
 
 

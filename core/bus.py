@@ -19,6 +19,9 @@ WAKE_CHANNEL = "vouch:wake"
 # Invalidations of per-process caches that no event row announces (a revoked key, a webhook attempt, a
 # deleted execution): see core/cache.py, core/auth_cache.py and api/status_cache.py.
 CACHE_CHANNEL = "vouch:cache"
+# A suite's run ended, or a suite was created: the workers' suite schedulers start pending runs
+# (agents/suite_scheduler.py).
+SUITE_CHANNEL = "vouch:suites"
 
 # A listener hears (channel, message) for every message on a channel starting with one of its prefixes.
 MessageListener = Callable[[str, dict[str, Any]], None]

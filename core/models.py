@@ -14,6 +14,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from core.models_accounts import ApiKey, ApiKeyUsage, IdempotencyRecord, SigninFailure, SignupRequest, User, WebSession
 from core.models_base import NAMING, Base, BigId, UTCDateTime, utcnow
+from core.models_suites import SUITE_RUNS, SUITE_TASKS, SUITES, Suite, SuiteRun, SuiteTask
 
 # What this module passes on from the split ones; the tables defined below are importable as ever.
 __all__ = [  # noqa: RUF022  (grouped by module)
@@ -24,6 +25,12 @@ __all__ = [  # noqa: RUF022  (grouped by module)
     "SignupRequest",
     "User",
     "WebSession",
+    "SUITES",
+    "SUITE_RUNS",
+    "SUITE_TASKS",
+    "Suite",
+    "SuiteRun",
+    "SuiteTask",
     "NAMING",
     "Base",
     "BigId",
@@ -92,6 +99,8 @@ class Execution(Base):
     verdict_at: Mapped[datetime | None] = mapped_column()
     # The scoring worker's claim: a worker that dies while a judge thinks leaves it to lapse (agents/scoring.py).
     verdict_lease_until: Mapped[datetime | None] = mapped_column()
+    # Issue 23: the suite that started this run, if any; its end wakes the suite schedulers (core/webhooks.py).
+    suite_id: Mapped[str | None] = mapped_column(sa.ForeignKey("suites.id", ondelete="SET NULL"))
 
 
 # The table itself, for Core statements on the agent's hot path (no ORM attribute machinery).

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.bus import CACHE_CHANNEL
+from core.bus import CACHE_CHANNEL, SUITE_CHANNEL
 from core.db import publish_after_commit
 from core.errors import error_object
 from core.formatting import isoformat
@@ -117,6 +117,7 @@ _FACTS = (
     Execution.verdict_passed,
     Execution.verdict_score,
     Execution.verdict_scores,
+    Execution.suite_id,
 )
 
 
@@ -177,6 +178,9 @@ async def enqueue_for_event(
     waits_for_verdict = row.verdict_state in _AWAITED_VERDICT
     if event.type in FINAL_EVENTS and waits_for_verdict:
         publish_after_commit(session, SCORING_CHANNEL, {"executionId": row.id})
+    if event.type in FINAL_EVENTS and row.suite_id is not None:
+        # A slot of the key is free: its suites' pending runs may start (agents/suite_scheduler.py).
+        publish_after_commit(session, SUITE_CHANNEL, {"suiteId": row.suite_id})
     if not row.webhook_url:
         return None
     if event.type == EventType.EXECUTION_SCORED or (event.type in FINAL_EVENTS and not waits_for_verdict):

@@ -14,7 +14,15 @@ from quart import Blueprint, Response, g, render_template, request
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
-from api.pages import execution_pages, home_pages, key_pages, session_pages, signup_pages, webhook_pages
+from api.pages import (
+    execution_pages,
+    home_pages,
+    key_pages,
+    session_pages,
+    signup_pages,
+    suite_pages,
+    webhook_pages,
+)
 from core.web.headers import PAGE_CSP, add_page_headers
 from core.web.sessions import CsrfError, Viewer, current_viewer
 
@@ -25,6 +33,7 @@ blueprint.register_blueprint(signup_pages.blueprint)
 blueprint.register_blueprint(key_pages.blueprint)
 blueprint.register_blueprint(execution_pages.blueprint)
 blueprint.register_blueprint(webhook_pages.blueprint)
+blueprint.register_blueprint(suite_pages.blueprint)
 
 CSP = PAGE_CSP
 

@@ -113,6 +113,22 @@ class Backend(ABC):
         return _companion_statement(self, shape)
 
     @abstractmethod
+    def microseconds_between(self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        """Whole microseconds from the timestamp `start` to `end`, exactly (as Python subtracts two datetimes)."""
+
+    @abstractmethod
+    def floor(self, value: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        """The largest whole number not above `value` (a number >= 0), as an integer."""
+
+    @abstractmethod
+    def percentiles(
+        self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
+    ) -> sa.Select[Any]:
+        """Per group of `rows` (its columns `groups`), the continuous percentiles of its column `value`
+        (linear interpolation between the closest ranks, as PostgreSQL's percentile_cont): columns `groups`,
+        then one named `p<i>` per fraction `fractions[i]`."""
+
+    @abstractmethod
     async def append_events(
         self,
         session: AsyncSession,

@@ -130,6 +130,24 @@ class PostgresBackend(Backend):
     async def write_taken_events(self, session: AsyncSession, rows: list[dict[str, Any]]) -> None:
         return  # the claim's or create's own statement wrote them (`claim_statement`, `create_statement`)
 
+    def microseconds_between(self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        # timestamptz keeps microseconds: the interval's epoch is exact in numeric.
+        seconds = sa.cast(sa.extract("epoch", end - start), sa.Numeric())
+        return sa.cast(sa.func.round(seconds * 1_000_000), sa.BigInteger())
+
+    def floor(self, value: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        return sa.cast(sa.func.floor(value), sa.BigInteger())  # a cast alone would round
+
+    def percentiles(
+        self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
+    ) -> sa.Select[Any]:
+        keys = [rows.c[name] for name in groups]
+        columns = [
+            sa.func.percentile_cont(fraction).within_group(rows.c[value]).label(f"p{index}")
+            for index, fraction in enumerate(fractions)
+        ]
+        return sa.select(*keys, *columns).group_by(*keys)
+
     async def append_events(
         self,
         session: AsyncSession,

@@ -27,6 +27,14 @@ def _slot_free(statuses: tuple[str, ...]) -> sa.ColumnElement[bool]:
     return sa.select(sa.func.count()).select_from(EXECUTIONS).where(*active).scalar_subquery() < limit
 
 
+def _microseconds(moment: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+    """Microseconds since the epoch of a stored time: SQLite's date functions keep milliseconds only, so the
+    whole seconds come from them and the microseconds from the text itself ("YYYY-MM-DD HH:MM:SS.ffffff")."""
+    text = sa.cast(moment, sa.Text())
+    seconds = sa.cast(sa.func.strftime("%s", sa.func.substr(text, 1, 19)), sa.Integer())
+    return seconds * 1_000_000 + sa.cast(sa.func.substr(text, 21, 6), sa.Integer())
+
+
 class SqliteBackend(Backend):
     name = "sqlite"
 
@@ -62,6 +70,35 @@ class SqliteBackend(Backend):
     async def write_taken_events(self, session: AsyncSession, rows: list[dict[str, Any]]) -> None:
         # Core, one executemany: the ORM's unit of work would insert them one by one at the next flush.
         await run_direct(session, lambda cursor: cursor.executemany(_INSERT_EVENTS, rows))
+
+    def microseconds_between(self, start: sa.ColumnElement[Any], end: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        return _microseconds(end) - _microseconds(start)
+
+    def floor(self, value: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+        return sa.cast(value, sa.Integer())  # truncates: the floor of a number >= 0 (floor() is optional here)
+
+    def percentiles(
+        self, rows: sa.Subquery, value: str, groups: Sequence[str], fractions: Sequence[float]
+    ) -> sa.Select[Any]:
+        # No percentile_cont here: each value's rank within its group (window functions), then per group the two
+        # values around each fraction's position, interpolated.
+        keys = [rows.c[name] for name in groups]
+        ranked = sa.select(
+            *keys,
+            rows.c[value].label("value"),
+            (sa.func.row_number().over(partition_by=keys, order_by=rows.c[value]) - 1).label("rank"),
+            sa.func.count().over(partition_by=keys).label("n"),
+        ).subquery("ranked")
+        columns: list[sa.ColumnElement[Any]] = []
+        for index, fraction in enumerate(fractions):
+            position = sa.literal(fraction, sa.Float()) * (ranked.c.n - 1)
+            below = sa.cast(position, sa.Integer())  # positions are never negative: truncation is floor
+            low = sa.func.max(sa.case((ranked.c.rank == below, ranked.c.value)))
+            high = sa.func.max(sa.case((ranked.c.rank == below + 1, ranked.c.value)))
+            weight = sa.func.max(position - below)
+            columns.append((low + weight * (sa.func.coalesce(high, low) - low)).label(f"p{index}"))
+        ranked_keys = [ranked.c[name] for name in groups]
+        return sa.select(*ranked_keys, *columns).group_by(*ranked_keys)
 
     async def append_events(
         self,

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.exports.csv_table import csv_export
 from core.exports.inspect_log import inspect_export
 from core.exports.jsonl import jsonl_export
-from core.exports.runs import ExportRun
+from core.exports.runs import ExportRun, suite_export_runs
 
 Writer = Callable[[AsyncSession, Sequence[ExportRun]], AsyncIterator[bytes]]
 
@@ -44,4 +44,7 @@ EXPORT_FORMATS: dict[str, ExportFormat] = {
     "inspect": ExportFormat(inspect_export, "application/zip", "eval"),
 }
 
-__all__ = ["EXPORT_FORMATS", "ExportFormat", "ExportRun", "Writer", "csv_export", "inspect_export", "jsonl_export"]
+__all__ = [
+    "EXPORT_FORMATS", "ExportFormat", "ExportRun", "Writer", "csv_export", "inspect_export", "jsonl_export",
+    "suite_export_runs",
+]

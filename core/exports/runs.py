@@ -19,7 +19,7 @@ from sqlalchemy.orm import defer
 from core.errors import error_object
 from core.formatting import isoformat
 from core.metrics import AGENT_EVENTS, FACT_EVENTS, FactEvent, RunFacts, metrics_of
-from core.models import EVENTS, Checkpoint, Decision, Execution, utcnow
+from core.models import EVENTS, SUITE_RUNS, SUITE_TASKS, Checkpoint, Decision, Execution, utcnow
 from core.scorers import verdict_json
 from core.vocabulary import EventType
 
@@ -172,3 +172,34 @@ def run_record(loaded: LoadedRun) -> dict[str, Any]:
 def export_time() -> datetime:
     """One moment for the whole export: a run still under way has its open intervals run to it."""
     return utcnow()
+
+
+async def suite_export_runs(session: AsyncSession, suite_id: str, suite_name: str) -> list[ExportRun]:
+    """The suite's runs as an export takes them: every planned run in the suite's order, with its task's name."""
+    run, task = SUITE_RUNS.c, SUITE_TASKS.c
+    rows = await session.execute(
+        sa.select(
+            SUITE_RUNS.c.execution_id,
+            SUITE_RUNS.c.task_index,
+            SUITE_RUNS.c.model,
+            SUITE_RUNS.c.test_mode,
+            SUITE_RUNS.c.repeat,
+            SUITE_RUNS.c.state,
+            SUITE_TASKS.c.task_name,
+        )
+        .join(
+            SUITE_TASKS,
+            sa.and_(task.suite_id == run.suite_id, task.task_index == run.task_index),
+        )
+        .where(SUITE_RUNS.c.suite_id == suite_id)
+        .order_by(SUITE_RUNS.c.position)
+    )
+    return [
+        ExportRun(
+            row.execution_id, suite_id, suite_name, row.task_index, row.model, row.test_mode, row.repeat,
+            # A started run whose execution was deleted has no rows left to export: it is its own word, "deleted".
+            row.state if row.state != "started" or row.execution_id is not None else "deleted",
+            row.task_name,
+        )
+        for row in rows
+    ]

@@ -15,14 +15,15 @@ from typing import Any, get_args
 
 import pytest
 from pydantic import BaseModel
-from vouch_client import calls, cli, models
+from vouch_client import calls, cli, models, suite_models
 from vouch_client.errors import _BY_STATUS
 from vouch_client.webhooks import sign as client_sign
 
 from api import openapi_fields
 from api import openapi_models as served
+from api import openapi_suite_models as served_suites
 from api.openapi_answers import PROBLEM_CODES
-from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn
+from api.schemas import CreateTaskIn, DecisionIn, ExecutionPatchIn, GradeIn, SuiteIn
 from core.vocabulary import ENDING_EVENTS
 from core.vocabulary import FINAL as FINAL_STATUSES
 from core.webhook_secrets import sign as server_sign
@@ -39,6 +40,7 @@ SERVER_PACKAGES = ("core", "api", "agents", "review", "chat")
         (models.ExecutionPatch, ExecutionPatchIn),
         (models.DecisionRequest, DecisionIn),
         (models.GradeRequest, GradeIn),
+        (suite_models.SuiteSpec, SuiteIn),
     ],
 )
 def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseModel], server: type[BaseModel]) -> None:
@@ -66,6 +68,14 @@ def test_a_request_model_has_the_fields_the_server_accepts(client: type[BaseMode
         (models.DecisionAnswer, served.DecisionAnswerOut),
         (models.FieldError, served.ProblemFieldError),
         (models.Problem, served.Problem),
+        (suite_models.CreatedSuite, served_suites.SuiteCreatedOut),
+        (suite_models.SuiteProgress, served_suites.SuiteProgressOut),
+        (suite_models.ModelResult, served_suites.SuiteModelResultOut),
+        (suite_models.SuiteRun, served_suites.SuiteRunOut),
+        (suite_models.Suite, served_suites.SuiteOut),
+        (suite_models.SuiteSummary, served_suites.SuiteSummaryOut),
+        (suite_models.SuitePage, served_suites.SuiteListOut),
+        (suite_models.SuiteRunPage, served_suites.SuiteRunPageOut),
     ],
 )
 def test_an_answer_model_reads_only_fields_the_server_sends(client: type[BaseModel], server: type[BaseModel]) -> None:

@@ -38,6 +38,9 @@ TABLES = {
     "webhook_secrets",
     "external_keys",
     "trace_exports",
+    "suites",
+    "suite_tasks",
+    "suite_runs",
 }
 
 

@@ -48,6 +48,18 @@ from vouch_client.models import (
     TaskSpec,
     Verdict,
 )
+from vouch_client.suite_calls import SuiteExport
+from vouch_client.suite_models import (
+    CreatedSuite,
+    ModelResult,
+    Suite,
+    SuitePage,
+    SuiteProgress,
+    SuiteRun,
+    SuiteRunPage,
+    SuiteSpec,
+    SuiteSummary,
+)
 from vouch_client.sync import Client
 from vouch_client.webhooks import WebhookVerificationError, verify_webhook
 
@@ -62,6 +74,7 @@ __all__ = [
     "CheckpointState",
     "Client",
     "Conflict",
+    "CreatedSuite",
     "CreatedTask",
     "Decision",
     "DecisionAnswer",
@@ -72,6 +85,7 @@ __all__ = [
     "ExternalRun",
     "FieldError",
     "Metrics",
+    "ModelResult",
     "NotFound",
     "PermissionDenied",
     "Problem",
@@ -82,6 +96,14 @@ __all__ = [
     "ServerError",
     "StatusRecord",
     "StreamError",
+    "Suite",
+    "SuiteExport",
+    "SuitePage",
+    "SuiteProgress",
+    "SuiteRun",
+    "SuiteRunPage",
+    "SuiteSpec",
+    "SuiteSummary",
     "TaskSpec",
     "TransportError",
     "Unauthorized",

@@ -1,7 +1,8 @@
-"""The caller's commands: `vouch tasks …` and `vouch checkpoints …`, over the API with an API key.
+"""The caller's commands: `vouch tasks …`, `vouch checkpoints …` and `vouch suites …` (cli_suites.py), over the
+API with an API key.
 
-The server's `vouch` command registers these two groups; with only this package installed the same commands are
-`vouch-client tasks …` and `vouch-client checkpoints …` (`main` below).
+The server's `vouch` command registers these groups; with only this package installed the same commands are
+`vouch-client tasks …` and so on (`main` below).
 
 Configured by VOUCH_URL and VOUCH_API_KEY (or --url / --api-key). Exit codes, so CI jobs can gate on them:
 
@@ -17,103 +18,34 @@ Errors are one line on stderr: `vouch: <code>: <detail>`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import click
-import yaml
 from pydantic import ValidationError
 
 from vouch_client.aio import AsyncClient
-from vouch_client.errors import ApiError, StreamError, TransportError, VouchError, WaitTimeout
+from vouch_client.cli_base import (
+    EXIT_CODES,
+    CallerGroup,
+    connection_options,
+    invalid,
+    read_document,
+    run,
+)
+from vouch_client.cli_suites import suites
 from vouch_client.models import StatusRecord, TaskSpec
 from vouch_client.terminal import STATUS_TONES, colour_wanted, paint
 from vouch_client.watching import watch
-
-T = TypeVar("T")
-
-EXIT_CODES = {"completed": 0, "failed": 1, "rejected": 2, "cancelled": 3}
-EXIT_TIMEOUT, EXIT_API, EXIT_UNREACHABLE, EXIT_USAGE = 4, 5, 6, 64
-
-
-class _Failure(click.ClickException):
-    """One line on stderr and the exit code of its kind."""
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"vouch: {self.format_message()}", err=True)
-
-
-class TimedOut(_Failure):
-    exit_code = EXIT_TIMEOUT
-
-
-class Refused(_Failure):
-    exit_code = EXIT_API
-
-
-class Unreachable(_Failure):
-    exit_code = EXIT_UNREACHABLE
-
-
-class BadUsage(_Failure):
-    exit_code = EXIT_USAGE
-
-
-class _Usage(click.UsageError):
-    exit_code = EXIT_USAGE
-
-
-class CallerGroup(click.Group):
-    """A group whose usage errors exit 64, apart from the run outcomes 1-4 (click's own default is 2)."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except click.UsageError as exc:
-            if isinstance(exc, _Usage):
-                raise
-            raise _Usage(exc.format_message(), exc.ctx) from None
-
-
-def _client(ctx: click.Context) -> AsyncClient:
-    url, key = ctx.obj["url"], ctx.obj["api_key"]
-    try:
-        return AsyncClient(url, key)
-    except VouchError as exc:
-        raise BadUsage(f"{exc} (or use --url / --api-key)") from None
-
-
-def _run(ctx: click.Context, work: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    """Run `work` with a client; API and transport errors become one line and their exit code."""
-
-    async def main() -> T:
-        async with _client(ctx) as client:
-            return await work(client)
-
-    try:
-        return asyncio.run(main())
-    except ApiError as exc:
-        raise Refused(f"{exc.code}: {exc.detail}") from None
-    except (TransportError, StreamError) as exc:
-        raise Unreachable(f"cannot reach {ctx.obj['url']}: {exc}") from None
-    except WaitTimeout as exc:
-        raise TimedOut(str(exc)) from None
 
 
 def _outcome(status: StatusRecord) -> NoReturn:
     click.get_current_context().exit(EXIT_CODES.get(status.status, 0))
 
 
-def _connection_options(group: click.Group) -> click.Group:
-    group = click.option("--api-key", envvar="VOUCH_API_KEY", help="API key (default: $VOUCH_API_KEY).")(group)
-    return click.option("--url", envvar="VOUCH_URL", help="Vouch's address (default: $VOUCH_URL).")(group)
-
-
-@_connection_options
+@connection_options
 @click.group(cls=CallerGroup)
 @click.pass_context
 def tasks(ctx: click.Context, url: str | None, api_key: str | None) -> None:
@@ -121,7 +53,7 @@ def tasks(ctx: click.Context, url: str | None, api_key: str | None) -> None:
     ctx.obj = {"url": url, "api_key": api_key}
 
 
-@_connection_options
+@connection_options
 @click.group(cls=CallerGroup)
 @click.pass_context
 def checkpoints(ctx: click.Context, url: str | None, api_key: str | None) -> None:
@@ -136,26 +68,15 @@ def main() -> None:
 
 main.add_command(tasks)
 main.add_command(checkpoints)
+main.add_command(suites)
 
 
 def _read_task(path: str) -> TaskSpec:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadUsage(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        # YAML is a superset of JSON, so one parser reads both kinds of file.
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BadUsage(f"{path} is neither JSON nor YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise BadUsage(f"{path} must hold one task object (taskName, taskDescription, …)")
+    data = read_document(path, "task object (taskName, taskDescription, …)")
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "task"
-        raise BadUsage(f"{path}: {where}: {first['msg']}") from None
+        raise invalid(path, exc, "task") from None
 
 
 def _watch_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -187,7 +108,7 @@ def tasks_create(
         click.echo(f"created {created.executionId}", err=True)
         return await watch(client, created.executionId, timeout=timeout, prompt=not no_prompt)
 
-    final = _run(ctx, work)
+    final = run(ctx, work)
     if final is not None:
         _outcome(final)
 
@@ -198,7 +119,7 @@ def tasks_create(
 @click.pass_context
 def tasks_watch(ctx: click.Context, execution_id: str, timeout: float | None, no_prompt: bool) -> None:
     """Follow a run live: the conversation, a progress line, and checkpoint prompts you can answer in place."""
-    _outcome(_run(ctx, lambda client: watch(client, execution_id, timeout=timeout, prompt=not no_prompt)))
+    _outcome(run(ctx, lambda client: watch(client, execution_id, timeout=timeout, prompt=not no_prompt)))
 
 
 @tasks.command("wait")
@@ -207,7 +128,7 @@ def tasks_watch(ctx: click.Context, execution_id: str, timeout: float | None, no
 @click.pass_context
 def tasks_wait(ctx: click.Context, execution_id: str, timeout: float | None) -> None:
     """Wait quietly until a run ends; prints its final status and exits by its outcome."""
-    final = _run(ctx, lambda client: client.wait(execution_id, timeout))
+    final = run(ctx, lambda client: client.wait(execution_id, timeout))
     click.echo(final.status)
     _outcome(final)
 
@@ -247,7 +168,7 @@ def _status_lines(status: StatusRecord, colour: bool = False) -> list[str]:
 @click.pass_context
 def tasks_status(ctx: click.Context, execution_id: str, as_json: bool) -> None:
     """Show where a run stands (exit 0 whatever its state: use `wait` or `watch` to gate on the outcome)."""
-    status = _run(ctx, lambda client: client.status(execution_id))
+    status = run(ctx, lambda client: client.status(execution_id))
     if as_json:
         click.echo(json.dumps(status.model_dump(mode="json"), indent=2))
     else:
@@ -260,7 +181,7 @@ def tasks_status(ctx: click.Context, execution_id: str, as_json: bool) -> None:
 @click.pass_context
 def tasks_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> None:
     """Your executions, newest first."""
-    page = _run(ctx, lambda client: client.list_executions(status=list(statuses) or None, limit=limit))
+    page = run(ctx, lambda client: client.list_executions(status=list(statuses) or None, limit=limit))
     colour = colour_wanted(sys.stdout)
     rows = [("EXECUTION", "STATUS", "CREATED", "TASK")] + [
         (item.executionId, item.status, item.createdAt.isoformat(timespec="seconds"), item.taskName)
@@ -282,7 +203,7 @@ def tasks_list(ctx: click.Context, statuses: tuple[str, ...], limit: int) -> Non
 @click.pass_context
 def tasks_cancel(ctx: click.Context, execution_id: str) -> None:
     """Cancel a queued, running or waiting run."""
-    status = _run(ctx, lambda client: client.cancel(execution_id))
+    status = run(ctx, lambda client: client.cancel(execution_id))
     click.echo(f"{status.executionId} {status.status}")
 
 
@@ -322,7 +243,7 @@ def checkpoints_decide(
         if not equals or not name.strip():
             raise click.UsageError(f"--set takes NAME=VALUE, not {setting!r}")
         edits[name.strip()] = value
-    answer = _run(
+    answer = run(
         ctx,
         lambda client: client.decide(
             execution_id, checkpoint_id, decision, comment, edits or None, rating=rating, labels=labels or None
@@ -347,7 +268,7 @@ def tasks_grade(
     ctx: click.Context, execution_id: str, outcome: str, rating: int | None, labels: tuple[str, ...], comment: str
 ) -> None:
     """Grade a completed run's result (its `human` scorer): pass or fail."""
-    answer = _run(
+    answer = run(
         ctx,
         lambda client: client.grade(
             execution_id, outcome == "pass", rating=rating, labels=labels or None, comment=comment

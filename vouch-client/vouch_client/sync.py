@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from vouch_client import calls
+from vouch_client import calls, suite_calls
 from vouch_client.aio import AsyncClient, log, settings_from_env
 from vouch_client.errors import TransportError
 from vouch_client.external import ExternalRun
@@ -30,6 +30,8 @@ from vouch_client.models import (
     StatusRecord,
     TaskSpec,
 )
+from vouch_client.suite_calls import ExportFormat, SuiteExport
+from vouch_client.suite_models import CreatedSuite, Suite, SuitePage, SuiteRun, SuiteRunPage, SuiteSpec, SuiteSummary
 
 T = TypeVar("T")
 
@@ -202,6 +204,55 @@ class Client:
         """Grade a completed run's result (its `human` scorer; the key's user must be its reviewer): pass or fail,
         an optional 1-5 rating, labels and a comment. The run's verdict is recorded with it."""
         return self._send(calls.grade(execution_id, passed, rating, labels, comment))
+
+    # Suites: the same tasks across models, repeats and test modes -----------------------------------------------
+
+    def create_suite(
+        self, suite: SuiteSpec | Mapping[str, Any], *, idempotency_key: str | None = None
+    ) -> CreatedSuite:
+        """Start a suite (POST /api/eval/suites): every task x model x repeat (x both test modes) as a run, started
+        within the key's concurrency limit; retried safely under one Idempotency-Key."""
+        return self._send(suite_calls.create_suite(suite, idempotency_key))
+
+    def suite(self, suite_id: str) -> Suite:
+        """Progress and per model results (pass rate with its interval, intervention rate, review waits, cost);
+        the runs themselves: `suite_runs`, `iter_suite_runs`."""
+        return self._send(suite_calls.suite(suite_id))
+
+    def suite_runs(self, suite_id: str, *, limit: int | None = None, cursor: str | None = None) -> SuiteRunPage:
+        """A page of the suite's runs, in its order (at most 500)."""
+        return self._send(suite_calls.suite_runs(suite_id, limit, cursor))
+
+    def iter_suite_runs(self, suite_id: str, *, page_size: int = 500) -> Iterator[SuiteRun]:
+        """Every run of the suite, in its order, page after page."""
+        cursor: str | None = None
+        while True:
+            page = self.suite_runs(suite_id, limit=page_size, cursor=cursor)
+            yield from page.runs
+            if page.nextCursor is None:
+                return
+            cursor = page.nextCursor
+
+    def suites(self, *, limit: int | None = None, cursor: str | None = None) -> SuitePage:
+        return self._send(suite_calls.suites(limit, cursor))
+
+    def iter_suites(self, *, page_size: int = 100) -> Iterator[SuiteSummary]:
+        """Every suite, newest first, page after page."""
+        cursor: str | None = None
+        while True:
+            page = self.suites(limit=page_size, cursor=cursor)
+            yield from page.suites
+            if page.nextCursor is None:
+                return
+            cursor = page.nextCursor
+
+    def cancel_suite(self, suite_id: str) -> Suite:
+        """Runs not started never start; runs in progress are cancelled."""
+        return self._send(suite_calls.cancel_suite(suite_id))
+
+    def export_suite(self, suite_id: str, format: ExportFormat = "jsonl") -> SuiteExport:
+        """Every run of the suite as JSON lines, CSV, or an Inspect AI eval log (`format="inspect"`)."""
+        return self._send(suite_calls.export_suite(suite_id, format))
 
     # Live events and waiting ---------------------------------------------------------------------------------
 
