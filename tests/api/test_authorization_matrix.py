@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from core.accounts import revoke_api_key
-from core.models import ApiKey, Execution, WebhookDelivery, utcnow
+from core.models import ApiKey, Execution, Suite, SuiteRun, WebhookDelivery, utcnow
 from review.grade_request import request_grade
 from tests.api.helpers import CREATE, account, add_key, assert_problem, decision_path, status_path, task
 from tests.api.rows import insert_execution
@@ -26,6 +26,7 @@ from tests.conftest import Account, Service, bearer
 class Target:
     execution_id: str
     checkpoint_id: str
+    suite_id: str = "none"
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,19 @@ async def grading(service: Service, owner: Account) -> Target:
         )
         assert await request_grade(session, service.settings, target.execution_id, human, [])
     return target
+
+
+async def suite(service: Service, owner: Account) -> Target:
+    """A running suite of the owner's (issue 23): one of its two runs started, the other waiting for a slot."""
+    target = await queued(service, owner)
+    body = {"name": "Nightly", "tasks": [task(), task(taskName="Second")], "models": ["offline"]}
+    response = await service.client.post("/api/eval/suites", json=body, headers=bearer(owner.key))
+    assert response.status_code == 201, await response.get_json()
+    return Target(target.execution_id, target.checkpoint_id, (await response.get_json())["suiteId"])
+
+
+def suites_path(target: Target, action: str = "") -> str:
+    return f"/api/eval/suites/{target.suite_id}{'/' + action if action else ''}"
 
 
 def executions_path(target: Target, action: str = "") -> str:
@@ -214,6 +228,56 @@ ROUTES = [
         grading,
         lambda s, t, h: s.client.post(executions_path(t, "grade"), json={"passed": True}, headers=h),
     ),
+    Route(
+        "POST suites",
+        ("POST", "/api/eval/suites"),
+        "eval:create",
+        201,
+        suite,
+        lambda s, t, h: s.client.post(
+            "/api/eval/suites", json={"name": "Again", "tasks": [task()], "models": ["offline"]}, headers=h
+        ),
+    ),
+    Route(
+        "GET suites",
+        ("GET", "/api/eval/suites"),
+        "eval:read",
+        200,
+        suite,
+        lambda s, t, h: s.client.get("/api/eval/suites", headers=h),
+    ),
+    Route(
+        "GET suite",
+        ("GET", "/api/eval/suites/<suite_id>"),
+        "eval:read",
+        200,
+        suite,
+        lambda s, t, h: s.client.get(suites_path(t), headers=h),
+    ),
+    Route(
+        "GET suite runs",
+        ("GET", "/api/eval/suites/<suite_id>/runs"),
+        "eval:read",
+        200,
+        suite,
+        lambda s, t, h: s.client.get(suites_path(t, "runs"), headers=h),
+    ),
+    Route(
+        "GET suite export",
+        ("GET", "/api/eval/suites/<suite_id>/export"),
+        "eval:read",
+        200,
+        suite,
+        lambda s, t, h: s.client.get(suites_path(t, "export") + "?format=csv", headers=h),
+    ),
+    Route(
+        "POST suite cancel",
+        ("POST", "/api/eval/suites/<suite_id>/cancel"),
+        "eval:manage",
+        200,
+        suite,
+        lambda s, t, h: s.client.post(suites_path(t, "cancel"), headers=h),
+    ),
 ]
 
 # A key with every scope but the one the route needs (eval:manage implies the other two).
@@ -246,7 +310,13 @@ async def make_keys(service: Service) -> Keys:
 # (case, headers for the route, expected status or None for the route's success, expected code)
 def cases(keys: Keys, route: Route) -> list[tuple[str, dict[str, str], int | None, str | None]]:
     # Routes that name no execution answer another user's key as they answer the owner's.
-    other_status = {"POST create-task-agent": 201, "GET executions": 200, "GET models": 200}.get(route.name, 404)
+    other_status = {
+        "POST create-task-agent": 201,
+        "GET executions": 200,
+        "GET models": 200,
+        "POST suites": 201,
+        "GET suites": 200,
+    }.get(route.name, 404)
     return [
         ("owner key", bearer(keys.owner.key), None, None),
         ("other user's key", bearer(keys.other.key), other_status, "not_found" if other_status == 404 else None),
@@ -256,6 +326,20 @@ def cases(keys: Keys, route: Route) -> list[tuple[str, dict[str, str], int | Non
         ("malformed header", {"Authorization": f"Token {keys.owner.key}"}, 401, "malformed_authorization"),
         ("no header", {}, 401, "missing_api_key"),
     ]
+
+
+async def state(service: Service, target: Target) -> tuple[object, ...]:
+    """What a request on the target could change: its execution, its suite (cancelled or not) and runs' states."""
+    async with service.db.reading() as session:
+        suite_status = await session.scalar(sa.select(Suite.cancelled_at).where(Suite.id == target.suite_id))
+        runs = await session.execute(
+            sa.select(SuiteRun.state, sa.func.count())
+            .where(SuiteRun.suite_id == target.suite_id)
+            .group_by(SuiteRun.state)
+        )
+        suites = await session.scalar(sa.select(sa.func.count()).select_from(Suite))
+        by_state = sorted((str(state), int(count)) for state, count in runs)
+        return (await execution_state(service, target.execution_id), suite_status, by_state, suites)
 
 
 async def execution_state(service: Service, execution_id: str) -> tuple[str, str | None, int, str | None] | None:
@@ -281,12 +365,12 @@ async def test_authorization_matrix(api_only: Service, subtests: pytest.Subtests
         for case, headers, expected, code in cases(keys, route):
             with subtests.test(msg=f"{route.name} with {case}"):
                 target = await route.prepare(api_only, keys.owner)
-                before = await execution_state(api_only, target.execution_id)
+                before = await state(api_only, target)
                 response = await route.call(api_only, target, headers)
                 status = expected if expected is not None else route.success
                 payload = await response.get_json() if response.status_code != 204 else None
                 assert response.status_code == status, payload
-                after = await execution_state(api_only, target.execution_id)
+                after = await state(api_only, target)
                 if status >= 400:
                     title = {401: "Unauthorized", 403: "Access Denied", 404: "Not Found"}[status]
                     assert_problem(response, payload, status, code or "?", title)
@@ -296,6 +380,13 @@ async def test_authorization_matrix(api_only: Service, subtests: pytest.Subtests
                 elif route.name == "GET executions":
                     ids = {item["executionId"] for item in payload["items"]}
                     assert (target.execution_id in ids) == (case == "owner key")
+                elif route.name == "GET suites":
+                    ids = {item["suiteId"] for item in payload["suites"]}
+                    assert (target.suite_id in ids) == (case == "owner key")
+                elif route.name in ("GET suite", "GET suite runs"):
+                    assert payload["suiteId"] == target.suite_id
+                elif route.name == "GET suite export":
+                    assert (await response.get_data(as_text=True)).count("\n") == 3  # the header and two runs
                 elif route.name == "GET models":
                     assert payload["otherChoices"][0] == "offline"
                 elif route.scope == "eval:manage" and case == "owner key":

@@ -39,8 +39,9 @@ from tests.support.redis_clients import REDIS_URL, kill, named_url, subscribed
 from tests.support.waiting import until
 from tests.support.webhook_receiver import Receiver, webhook_receiver
 
-# The worker's loops that subscribe: its wake-ups, the mail dispatcher, the webhook sender and the scorer.
-WORKER_SUBSCRIPTIONS = 4
+# The worker's loops that subscribe: its wake-ups, the mail dispatcher, the webhook sender, the scorer and the
+# suite scheduler.
+WORKER_SUBSCRIPTIONS = 5
 WORKER_LOOPS = ("the worker's wake-ups", "the mail dispatcher", "the webhook sender")
 # Far longer than any wait below: what happens in time was woken by the bus.
 SLOW_POLL = 600.0
