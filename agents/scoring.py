@@ -15,7 +15,6 @@ at once; a slow poll is the safety net.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agents.providers import ModelRegistry
+from agents.woken_loop import run_woken
 from core.db import Database
 from core.models import Execution, utcnow
 from core.scorers import DETERMINISTIC, ended_without_output, score_deterministic
@@ -116,28 +116,12 @@ async def process_scoring(
 
 async def run_scoring(db: Database, settings: Settings, models: ModelRegistry, stop: asyncio.Event) -> None:
     """The worker's scoring loop: woken by a run's end, polling as the safety net."""
-    kick = asyncio.Event()
-    listening = db.bus.listen(
-        (SCORING_CHANNEL,),
-        lambda _channel, _message: kick.set(),
-        kick.set,
+    await run_woken(
+        db,
+        SCORING_CHANNEL,
+        lambda: process_scoring(db, settings, models),
+        stop,
+        poll_seconds=settings.worker_poll_seconds,
         name="the worker's scoring wake-ups",
-        meanwhile="it polls on its own",
+        failure="scoring failed; retrying at the next poll",
     )
-    try:
-        while not stop.is_set():
-            kick.clear()
-            try:
-                await process_scoring(db, settings, models)
-            except Exception:
-                log.exception("scoring failed; retrying at the next poll")
-            waiting = asyncio.ensure_future(kick.wait())
-            stopping = asyncio.ensure_future(stop.wait())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait(
-                    {waiting, stopping}, timeout=settings.worker_poll_seconds, return_when=asyncio.FIRST_COMPLETED
-                )
-            waiting.cancel()
-            stopping.cancel()
-    finally:
-        await listening.stop()

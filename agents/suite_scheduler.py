@@ -15,13 +15,13 @@ as the safety net. Pending runs wait in the database, so nothing is lost when an
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.creating import NewTask, insert_execution
+from agents.woken_loop import run_woken
 from core.backends import backend_of
 from core.bus import SUITE_CHANNEL
 from core.db import Database, more_to_write
@@ -122,28 +122,12 @@ async def schedule_suites(db: Database, settings: Settings) -> int:
 
 async def run_suite_scheduler(db: Database, settings: Settings, stop: asyncio.Event) -> None:
     """The worker's suite loop: woken when a suite's run ends, polling as the safety net."""
-    kick = asyncio.Event()
-    listening = db.bus.listen(
-        (SUITE_CHANNEL,),
-        lambda _channel, _message: kick.set(),
-        kick.set,
+    await run_woken(
+        db,
+        SUITE_CHANNEL,
+        lambda: schedule_suites(db, settings),
+        stop,
+        poll_seconds=settings.worker_poll_seconds,
         name="the worker's suite wake-ups",
-        meanwhile="it polls on its own",
+        failure="starting suite runs failed; retrying at the next poll",
     )
-    try:
-        while not stop.is_set():
-            kick.clear()
-            try:
-                await schedule_suites(db, settings)
-            except Exception:
-                log.exception("starting suite runs failed; retrying at the next poll")
-            waiting = asyncio.ensure_future(kick.wait())
-            stopping = asyncio.ensure_future(stop.wait())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait(
-                    {waiting, stopping}, timeout=settings.worker_poll_seconds, return_when=asyncio.FIRST_COMPLETED
-                )
-            waiting.cancel()
-            stopping.cancel()
-    finally:
-        await listening.stop()
