@@ -218,14 +218,9 @@ async def run_call(
     transaction. Returns what the agent is told (see `_answer`)."""
     tool = TOOLS[call.tool]
     began = time.perf_counter()
-    error: str | None = None
-    outcome: Any = None
-    try:
-        outcome = await tool.perform(runner.settings, call.args, call.started_at)
-    except ToolFailed as exc:
-        error = str(exc)
+    performed = await _perform(runner, tool, call)
     async with runner.db.transaction() as session:
-        return await _finish(runner, session, state, call, (outcome, error, began), after)
+        return await _finish(runner, session, state, call, (*performed, began), after)
 
 
 async def run_begun_in_place(
@@ -244,13 +239,15 @@ async def run_begun_in_place(
     if write is not None:
         # Its effect and its row, finished, go with the step's statement (the step after an approval).
         return await _finish(runner, session, state, call, (None, None, began), after, write)
-    error: str | None = None
-    outcome: Any = None
+    return await _finish(runner, session, state, call, (*await _perform(runner, tool, call), began), after)
+
+
+async def _perform(runner: ExecutionRunner, tool: Tool, call: ToolCall) -> tuple[Any, str | None]:
+    """The tool's outcome, or the error it failed with."""
     try:
-        outcome = await tool.perform(runner.settings, call.args, call.started_at)
+        return await tool.perform(runner.settings, call.args, call.started_at), None
     except ToolFailed as exc:
-        error = str(exc)
-    return await _finish(runner, session, state, call, (outcome, error, began), after)
+        return None, str(exc)
 
 
 async def _finish(
