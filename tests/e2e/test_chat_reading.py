@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 import sqlalchemy as sa
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, Page, expect
 
 from core.db import Database
 from core.events import append_any_event
@@ -216,7 +216,8 @@ async def test_title_notification_keys_and_nothing_under_the_status_bar(
     assert await page.title() == "Queued · Release · Vouch"
     assert await onlooker.locator("#notify").is_hidden()  # it may not decide: nothing to be told
     await page.click("#notify")
-    assert await page.text_content("#notify") == "Notifications on"
+    # The click asks for permission (a promise): the label changes once it is granted.
+    await expect(page.locator("#notify")).to_have_text("Notifications on")
 
     async with worker_running(web_settings):
         await page.wait_for_function("() => document.title === 'Waiting for your review · Release · Vouch'")
