@@ -22,7 +22,7 @@ from core.db import Database, commits_alone, one_of
 from core.event_payloads import ExecutionClaimed, TypedEvent
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
-from core.models import CHECKPOINTS, EXECUTIONS, UTCDateTime, utcnow
+from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, TOOL_CALLS, ToolCall, UTCDateTime, utcnow
 from core.vocabulary import EventType
 
 RUNNABLE = ("queued", "running")
@@ -30,6 +30,15 @@ RUNNABLE = ("queued", "running")
 
 class LeaseLost(Exception):
     """Another worker holds this execution now, or it left the running state."""
+
+
+@dataclass(frozen=True)
+class StepCall:
+    """The call opened for the step at the offline agent's cursor (at its checkpoint, or by a worker that died), as
+    the claim found it: `call` is None when the step has none yet."""
+
+    cursor: int
+    call: ToolCall | None
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,9 @@ class Entry:
     auto_detect_checkpoints: bool
     # How many of the caller's checkpoints wait to be passed (status pending), counted by the claim.
     caller_pending: int
+    # The call of the step the run goes on with, when the claim could tell: None when the state has no cursor (not
+    # the offline agent's, or not made yet) or when approvals edited the call's arguments (`take_edits` reads them).
+    step_call: StepCall | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,7 @@ def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
             started_at=sa.func.coalesce(columns.started_at, sa.bindparam("now", type_=UTCDateTime())),
             last_seq=columns.last_seq + 1,  # the seq of the claim's own event
         )
-        .returning(columns.id, columns.lease_epoch, columns.last_seq, *_ENTRY_COLUMNS, _CALLER_PENDING)
+        .returning(columns.id, columns.lease_epoch, columns.last_seq, *_RETURNING)
     )
 
 
@@ -106,19 +118,82 @@ _CALLER_PENDING = (
 _ENTRY_COLUMNS = (EXECUTIONS.c.agent_state, EXECUTIONS.c.test_mode, EXECUTIONS.c.auto_detect_checkpoints)
 
 
-@functools.cache
-def _entry_processors(dialect: Dialect) -> tuple[Callable[[Any], Any] | None, ...]:
-    """The result processors SQLAlchemy would apply to the entry's columns (JSON, booleans): the claim's rows come
-    from the driver directly (core/_sqlalchemy_shortcuts.py)."""
-    return tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in _ENTRY_COLUMNS)
+def _named(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    """`column` spelled out with its table's name: SQLite renders the RETURNING clause's columns without table
+    names, its subqueries' conditions included, where `execution_id` could then name either of two tables."""
+    return sa.literal_column(f"{column.table.name}.{column.name}", column.type)
 
 
-def _entry(dialect: Dialect, raw: tuple[Any, ...]) -> Entry:
-    state, test_mode, auto = (
-        value if process is None or value is None else process(value)
-        for process, value in zip(_entry_processors(dialect), raw[:3], strict=True)
+# The step the offline agent takes next (agents/offline.py keeps it in its state as `cursor`); NULL in any other
+# agent's state, which then finds no call below.
+_CURSOR = _named(EXECUTIONS.c.agent_state)["cursor"].as_integer()
+_AT_CURSOR = (
+    _named(TOOL_CALLS.c.execution_id) == _named(EXECUTIONS.c.id),
+    _named(TOOL_CALLS.c.step_index) == _CURSOR,
+)
+# The call opened for that step, if any: after an approval, the call it let through. Returned by the claim, so
+# that the step after an approval reads nothing before its own statement (issue 25). A scalar subquery per
+# column: SQLite's UPDATE … RETURNING can join nothing, and each is one lookup in the (execution_id, step_index) key.
+# A call at the cursor is never finished (its record saves the step's progress with it): no result, error or
+# finish time to hand back.
+_STEP_CALL_COLUMNS = (
+    TOOL_CALLS.c.id,
+    TOOL_CALLS.c.tool,
+    TOOL_CALLS.c.args,
+    TOOL_CALLS.c.provider_call_id,
+    TOOL_CALLS.c.proposed_args,
+    TOOL_CALLS.c.status,
+    TOOL_CALLS.c.started_at,
+)
+_STEP_CALL = tuple(
+    sa.select(column).where(*_AT_CURSOR).scalar_subquery().label(f"step_call_{column.name}")
+    for column in _STEP_CALL_COLUMNS
+)
+# Whether an approval edited that call's arguments: then `take_edits` reads the edits with the call, as before.
+_STEP_EDITED = (
+    sa.exists()
+    .select_from(DECISIONS, CHECKPOINTS, TOOL_CALLS)
+    .where(
+        # The execution first: its (execution_id, position) key is the index this lookup runs on.
+        _named(CHECKPOINTS.c.execution_id) == _named(EXECUTIONS.c.id),
+        _named(CHECKPOINTS.c.tool_call_id) == _named(TOOL_CALLS.c.id),
+        _named(DECISIONS.c.checkpoint_id) == _named(CHECKPOINTS.c.id),
+        _named(DECISIONS.c.attempt) == _named(CHECKPOINTS.c.attempt),
+        _named(DECISIONS.c.decision) == "approve",
+        # A decision without edits may hold JSON null rather than SQL NULL (as `take_edits` knows): not an edit.
+        sa.cast(_named(DECISIONS.c.edited_args), sa.Text()) != "null",
+        *_AT_CURSOR,
     )
-    return Entry(None if state is None else dict(state), test_mode, bool(auto), int(raw[3]))
+    .label("step_edited")
+)
+# What the claim returns after (id, lease_epoch, last_seq), and those columns' types (for their result processors).
+_RETURNING = (*_ENTRY_COLUMNS, _CALLER_PENDING, _STEP_EDITED, *_STEP_CALL)
+_RETURNED = (*_ENTRY_COLUMNS, _CALLER_PENDING, _STEP_EDITED, *_STEP_CALL_COLUMNS)
+
+
+@functools.cache
+def _processors(dialect: Dialect) -> tuple[Callable[[Any], Any] | None, ...]:
+    """The result processors SQLAlchemy would apply to the returned columns (JSON, booleans, aware datetimes): the
+    claim's rows come from the driver directly (core/_sqlalchemy_shortcuts.py)."""
+    return tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in _RETURNED)
+
+
+def _entry(dialect: Dialect, execution_id: str, raw: tuple[Any, ...]) -> Entry:
+    stored, test_mode, auto, caller_pending, edited, *call = (
+        value if process is None or value is None else process(value)
+        for process, value in zip(_processors(dialect), raw, strict=True)
+    )
+    state = None if stored is None else dict(stored)
+    cursor = None if state is None else state.get("cursor")
+    step_call = None
+    if isinstance(cursor, int) and not edited:
+        found = None
+        if call[0] is not None:
+            # Not loaded into any session: the runner's statements write the call's row (agents/tool_calls.py).
+            values = {column.key: value for column, value in zip(_STEP_CALL_COLUMNS, call, strict=True)}
+            found = ToolCall(execution_id=execution_id, step_index=cursor, **values)
+        step_call = StepCall(cursor, found)
+    return Entry(state, test_mode, bool(auto), int(caller_pending), step_call)
 
 
 def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
@@ -164,7 +239,7 @@ async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_i
         if not rows:
             return None
         row = rows[0]
-        claim = Claim(row[0], row[1], _entry(db.engine.dialect, row[3:]))
+        claim = Claim(row[0], row[1], _entry(db.engine.dialect, row[0], row[3:]))
         started: list[TypedEvent] = [
             (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
         ]

@@ -111,12 +111,10 @@ UNKNOWN_OUTCOME_STAGE = "Outcome unknown after a crash"
 
 
 # Built once (the runner's every claim meets them): Core statements on the table, no ORM row unless one is found.
-_FIRST_UNREVIEWED = (
-    sa.select(CHECKPOINTS.c.id)
-    .where(CHECKPOINTS.c.execution_id == sa.bindparam("execution_id"), CHECKPOINTS.c.status == "pending")
-    .order_by(CHECKPOINTS.c.position)
-    .limit(1)
-)
+# A checkpoint of the execution (parameter `execution_id`) still waiting to be passed: reviewed before the
+# execution may complete (`unreviewed`, and the statement of a run's last step in agents/runner.py).
+UNREVIEWED = (CHECKPOINTS.c.execution_id == sa.bindparam("execution_id"), CHECKPOINTS.c.status == "pending")
+_FIRST_UNREVIEWED = sa.select(CHECKPOINTS.c.id).where(*UNREVIEWED).order_by(CHECKPOINTS.c.position).limit(1)
 _PENDING_CALLER = (
     sa.select(CHECKPOINTS.c.id, CHECKPOINTS.c.position)
     .where(

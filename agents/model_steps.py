@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import llm, tool_calls
+from agents import call_edits, llm, tool_calls
 from agents.gates import (
     UNKNOWN_OUTCOME_STAGE,
     caller_gate,
@@ -159,7 +159,7 @@ class ModelDriver:
             state["nextStep"] = max(state["nextStep"], index + 1)
             call = await tool_calls.open_call(runner, session, index, name, args, pending["id"])
             # An approval may have edited it: the gates below, and the call itself, see it as approved so far.
-            await tool_calls.take_edits(session, call)
+            await call_edits.take_edits(session, call)
             name, args = call.tool, call.args
             action = {"tool": name, "args": args, "instruction": describe_call(name, args), "toolCallId": call.id}
             held = await self._caller_gate(session, call)

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import offline, tool_calls
+from agents import call_edits, offline, tool_calls
+from agents.claims import StepCall
 from agents.gates import pending_caller_positions, unknown_outcome_gate, unreviewed
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
+from agents.tool_calls import Ending
 from agents.tools import TOOLS
 from core.errors import ExecutionFailed, FailureCode
 from core.event_payloads import AgentMessage, TypedEvent
@@ -25,17 +27,28 @@ if TYPE_CHECKING:
 
 FINISH_ACTION = {"tool": "finish", "args": {}, "instruction": "finish the task"}
 
-# Built once, as every statement of a step: the calls that succeeded, in order.
+# Built once, as every statement of a step: the calls that succeeded before a step, in order.
 _SUCCEEDED_CALLS = (
     sa.select(TOOL_CALLS.c.tool, TOOL_CALLS.c.result)
-    .where(TOOL_CALLS.c.execution_id == sa.bindparam("execution_id"), TOOL_CALLS.c.status == "succeeded")
+    .where(
+        TOOL_CALLS.c.execution_id == sa.bindparam("execution_id"),
+        TOOL_CALLS.c.step_index < sa.bindparam("before"),
+        TOOL_CALLS.c.status == "succeeded",
+    )
     .order_by(TOOL_CALLS.c.step_index)
 )
 
 
 class OfflineDriver:
-    def __init__(self, runner: ExecutionRunner, mode: RunMode, caller_pending: int | None = None) -> None:
-        """`caller_pending`: how many of the caller's checkpoints wait to be passed, when the claim counted them."""
+    def __init__(
+        self,
+        runner: ExecutionRunner,
+        mode: RunMode,
+        caller_pending: int | None = None,
+        step_call: StepCall | None = None,
+    ) -> None:
+        """`caller_pending`: how many of the caller's checkpoints wait to be passed, when the claim counted them;
+        `step_call`: the call of the step the run goes on with, when the claim found it (`agents.claims.Entry`)."""
         self.runner = runner
         self.mode = mode
         self.execution_id = runner.execution_id
@@ -43,6 +56,7 @@ class OfflineDriver:
         # unless the claim counted none.
         self._caller_pending: list[tuple[str, int]] | None = [] if caller_pending == 0 else None
         self._began_here = False
+        self._step_call = step_call
 
     async def advance(self, state: dict[str, Any]) -> bool:
         """Take the next step; False once the execution paused or ended."""
@@ -58,6 +72,8 @@ class OfflineDriver:
                 step=failed["step"],
                 tool=failed["tool"],
             )
+        # What the claim found holds for its first turn only: a turn may open the step's call, or run it.
+        claimed, self._step_call = self._step_call, None
         async with runner.db.transaction() as session:
             due = await self._due_checkpoint(session, state["gates"], cursor, len(plan))
             if due is not None:
@@ -68,7 +84,7 @@ class OfflineDriver:
                 if bound == cursor < len(plan) and not self.mode.without_verification:
                     # The checkpoint holds back this step's call: its intent goes on record now, bound to the
                     # checkpoint, so the reviewer sees that exact call and may approve it with edited arguments.
-                    held = await self._open(session, cursor, plan[cursor])
+                    held = await self._open(session, cursor, plan[cursor], claimed)
                     due.tool_call_id = held.id
                     action = self._action(plan[cursor], held)
                 passed = await runner.pass_or_pause(session, due, action, self.mode, offline.guards(state, bound))
@@ -76,13 +92,14 @@ class OfflineDriver:
                     self._caller_pending = [p for p in self._caller_pending if p[0] != due.id]
                 return passed
             if cursor >= len(plan):
-                await runner.complete(session, await self._result(session, state))  # fenced by its own statement
+                # Fenced by its own statement.
+                await runner.complete(session, await self._result(session, state, len(plan)))
                 return False
             step = plan[cursor]
             # Only the first step of a claim can find its call begun by a worker that died.
             call = None
             if not self._began_here:
-                call = await self._begun_call(session, cursor)
+                call = await self._begun_call(session, cursor, claimed)
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
                 # The common step: one transaction, fenced by the statement that also saves the progress.
                 self._began_here = True
@@ -96,12 +113,20 @@ class OfflineDriver:
                     self._advanced(state, cursor),
                 )
                 return True
+            if call is not None and call.status == "proposed" and self._in_place(call):
+                # The call its checkpoint let through, needing no gate and working only in our database: recorded
+                # by the step's one statement, which the claim fences (and, the last step, ends the run with it).
+                # Nothing else is written before it: the fence of its own, below, would only cost a round trip.
+                self._began_here = True
+                return not await tool_calls.run_begun_in_place(
+                    runner, session, state, call, self._advanced(state, cursor), self._ending(session, state, call)
+                )
             await runner.fence(session)
             fresh = call is None
             if call is None:
                 call = await self._open(session, cursor, step)
-            # The edits an approval made are taken as the call is loaded (tool_calls.call_of_step); a call opened
-            # just now has no approval yet.
+            # The edits an approval made are taken as the call is loaded (agents/call_edits.py `call_of_step`); a
+            # call opened just now has no approval yet.
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
@@ -119,34 +144,46 @@ class OfflineDriver:
             self._began_here = True  # from here on this claim makes every call it meets
             if not TOOLS[call.tool].performs_outside:
                 # Nothing done outside the database: the call runs and is recorded in this transaction.
-                await tool_calls.run_begun_in_place(runner, session, state, call, self._advanced(state, cursor))
-                return not await self._completed_with(session, state)
+                return not await tool_calls.run_begun_in_place(
+                    runner, session, state, call, self._advanced(state, cursor), self._ending(session, state, call)
+                )
             await tool_calls.start_call(session, call)
 
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
         return True
 
-    async def _begun_call(self, session: AsyncSession, cursor: int) -> ToolCall | None:
+    async def _begun_call(self, session: AsyncSession, cursor: int, claimed: StepCall | None = None) -> ToolCall | None:
         """The step's call if one was opened (at its checkpoint, or by a worker that died), with the edits of its
-        approval taken."""
-        return await tool_calls.call_of_step(session, self.execution_id, cursor)
+        approval taken: as `claimed` (what the claim found at this turn's step) has it, else read."""
+        if claimed is not None and claimed.cursor == cursor:
+            return claimed.call
+        return await call_edits.call_of_step(session, self.execution_id, cursor)
 
-    async def _completed_with(self, session: AsyncSession, state: dict[str, Any]) -> bool:
-        """After the plan's last step, in that step's transaction: the execution completed, when nothing stands
-        in the way (a failed step, a budget used up, a checkpoint not passed), which the next turn then meets in
-        a transaction of its own. Saves the end a transaction (issue 25: the step after an approval is the
-        last one of many runs)."""
-        plan: list[dict[str, Any]] = state["plan"]
-        if state["cursor"] < len(plan) or state.get("failedStep") is not None or not self.runner.within_budget(state):
-            return False
-        if await unreviewed(session, self.execution_id) is not None:
-            return False
-        await self.runner.complete(session, await self._result(session, state))
-        return True
+    def _in_place(self, call: ToolCall) -> bool:
+        """Whether `call` needs no gate and works only in our database: nothing to write before its record."""
+        return not TOOLS[call.tool].performs_outside and tool_calls.ungated(call, self.mode)
 
-    async def _open(self, session: AsyncSession, cursor: int, step: dict[str, Any]) -> ToolCall:
+    def _ending(self, session: AsyncSession, state: dict[str, Any], call: ToolCall) -> tool_calls.EndingOf:
+        """The run's end, written with the step of `call` when that is the plan's last and nothing stands in the
+        way: not a failed step, not a budget used up, not a checkpoint still to pass (the statement itself looks
+        for that one). The next turn would otherwise meet the end in a transaction of its own (issue 25: the step
+        after an approval is the last one of many runs)."""
+
+        async def ending(result: dict[str, Any]) -> Ending | None:
+            plan: list[dict[str, Any]] = state["plan"]
+            if state["cursor"] < len(plan) or state.get("failedStep") is not None:
+                return None
+            if not self.runner.within_budget(state):
+                return None
+            return self.runner.ending(await self._result(session, state, call.step_index, (call.tool, result)))
+
+        return ending
+
+    async def _open(
+        self, session: AsyncSession, cursor: int, step: dict[str, Any], claimed: StepCall | None = None
+    ) -> ToolCall:
         """The step's call, its intent on record (made once: a call opened at its checkpoint is found again)."""
-        found = await self._begun_call(session, cursor)
+        found = await self._begun_call(session, cursor, claimed)
         if found is not None:
             return found
         await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.step_message(step)})
@@ -188,6 +225,13 @@ class OfflineDriver:
         due = next((cp for cp, at in self._caller_pending if at < len(gates) and gates[at] <= cursor), None)
         return None if due is None else await session.get_one(Checkpoint, due)
 
-    async def _result(self, session: AsyncSession, state: dict[str, Any]) -> dict[str, Any]:
-        calls = await session.execute(_SUCCEEDED_CALLS, {"execution_id": self.execution_id})
-        return offline.final_result(state, [(tool, result or {}) for tool, result in calls])
+    async def _result(
+        self, session: AsyncSession, state: dict[str, Any], before: int, last: tuple[str, dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The run's result from the calls that succeeded at the steps before `before`, then `last` (the step
+        recorded with the end): read only when there are such steps."""
+        done: list[tuple[str, dict[str, Any]]] = []
+        if before > 0:
+            calls = await session.execute(_SUCCEEDED_CALLS, {"execution_id": self.execution_id, "before": before})
+            done = [(tool, result or {}) for tool, result in calls]
+        return offline.final_result(state, done if last is None else [*done, last])

@@ -17,14 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline
 from agents.claims import CLAIM_HOLDS, Claim, LeaseLost
-from agents.gates import UNKNOWN_OUTCOME_STAGE
+from agents.gates import UNKNOWN_OUTCOME_STAGE, UNREVIEWED
 from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
 from agents.policy import RunMode
 from agents.providers import ModelRegistry
+from agents.tool_calls import Ending
 from core.db import Database, commits_alone
 from core.errors import ExecutionFailed, FailureCode, failure
-from core.event_payloads import AgentMessage, ExecutionCompleted
+from core.event_payloads import AgentMessage, ExecutionCompleted, TypedEvent
 from core.events import append_event, append_events, seq_allocation
 from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
@@ -57,14 +58,22 @@ _FENCE_AND_READ = _FENCE.returning(
 )
 
 
+_COMPLETED: dict[str, Any] = {
+    "status": "completed",
+    "completed_at": sa.bindparam("done_at"),
+    "result": sa.bindparam("done_result"),
+    "worker_id": None,
+    "lease_until": None,
+}
 # The claim's fence, the execution completed and the seqs of its last events: one statement.
-_FENCED_COMPLETION = seq_allocation(
+_FENCED_COMPLETION = seq_allocation(*CLAIM_HOLDS, **_COMPLETED)
+# The same with the run's last step (its progress saved: agents/tool_calls.py `_FENCED_STEP`), unless a checkpoint
+# still waits to be passed (`agents.gates.UNREVIEWED`): its review comes before the end.
+_FENCED_LAST_STEP = seq_allocation(
     *CLAIM_HOLDS,
-    status="completed",
-    completed_at=sa.bindparam("done_at"),
-    result=sa.bindparam("done_result"),
-    worker_id=None,
-    lease_until=None,
+    ~sa.exists().where(*UNREVIEWED),
+    agent_state=sa.bindparam("saved_state"),
+    **_COMPLETED,
 )
 
 
@@ -163,9 +172,9 @@ class ExecutionRunner:
                 without_verification=entry.test_mode == "without-verification",
                 gate_actions=entry.auto_detect_checkpoints,
             )
-            state, caller_pending = entry.state, entry.caller_pending
+            state, caller_pending, step_call = entry.state, entry.caller_pending, entry.step_call
         else:
-            (mode, state), caller_pending = await self._read_entry(), None
+            (mode, state), caller_pending, step_call = await self._read_entry(), None, None
         if state is None:
             # The first claim: the state is made, and written, under the fence.
             async with self.db.transaction() as session:
@@ -173,7 +182,7 @@ class ExecutionRunner:
                 state = await self._enter(session)
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:
-            driver = OfflineDriver(self, mode, caller_pending)
+            driver = OfflineDriver(self, mode, caller_pending, step_call)
         else:
             # Imported here, as in `_initial_state`: the model path loads pydantic_ai and the provider SDKs,
             # seconds of imports and tens of MB that a worker running only the offline agent never needs.
@@ -303,7 +312,7 @@ class ExecutionRunner:
         """`guards`, when the agent knows it, is the step the checkpoint was bound to ({step, tool, instruction}):
         the reviewer's approval lets exactly that step (or, with tool "finish", the finish) through."""
         # A reviewer may edit the arguments of the call this checkpoint gates: its approval lets exactly that
-        # call run (agents/tool_calls.py `take_edits` applies the edits). Not a crash's "run it again?" question.
+        # call run (agents/call_edits.py `take_edits` applies the edits). Not a crash's "run it again?" question.
         editable = (
             checkpoint.tool_call_id is not None
             and next_action.get("toolCallId") == checkpoint.tool_call_id
@@ -314,20 +323,30 @@ class ExecutionRunner:
 
     async def complete(self, session: AsyncSession, result: dict[str, Any]) -> None:
         """The execution completed and its last events, in one statement fenced by the claim (LeaseLost if not)."""
+        events, parameters = self._completion(result)
+        added = await append_events(
+            session,
+            self.execution_id,
+            events,
+            allocation=_FENCED_COMPLETION,
+            parameters={**self.fenced(), **parameters},
+        )
+        if added is None:
+            raise LeaseLost(self.execution_id)
+
+    def ending(self, result: dict[str, Any]) -> Ending:
+        """The execution completed with `result`, written by the statement of its last step (agents/tool_calls.py)."""
+        events, parameters = self._completion(result)
+        return Ending(events, _FENCED_LAST_STEP, parameters)
+
+    def _completion(self, result: dict[str, Any]) -> tuple[tuple[TypedEvent, ...], dict[str, Any]]:
         # `output` is the agent's final answer (issue 23), what scorers judge: the model's finish text, the
         # rule-based agent's summary.
         result = {**result, "output": result.get("output", result["summary"])}
         said: AgentMessage = {"text": result["summary"]}
         completed: ExecutionCompleted = {"status": "completed", "result": result}
-        added = await append_events(
-            session,
-            self.execution_id,
-            [(EventType.AGENT_MESSAGE, said), (EventType.EXECUTION_COMPLETED, completed)],
-            allocation=_FENCED_COMPLETION,
-            parameters={**self.fenced(), "done_at": utcnow(), "done_result": result},
-        )
-        if added is None:
-            raise LeaseLost(self.execution_id)
+        events: tuple[TypedEvent, ...] = ((EventType.AGENT_MESSAGE, said), (EventType.EXECUTION_COMPLETED, completed))
+        return events, {"done_at": utcnow(), "done_result": result}
 
     async def _fail(self, exc: Exception) -> None:
         error = failure_of(exc)

@@ -8,23 +8,26 @@ Either way the result and the agent's progress commit together.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from agents.call_edits import edit_note
 from agents.claims import CLAIM_HOLDS, LeaseLost
 from agents.gates import gate_for_call
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, SingleWrite, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
+from core._sqlalchemy_shortcuts import DirectStatement
 from core.db import commits_alone
 from core.event_payloads import ToolCallPayload, ToolResult, TypedEvent
 from core.events import Companion, append_event, append_events, seq_allocation
 from core.ids import new_id
-from core.models import CHECKPOINTS, DECISIONS, TOOL_CALLS, Checkpoint, ToolCall, utcnow
+from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
 from core.vocabulary import Channel, EventType
 from review import decide
 
@@ -54,26 +57,19 @@ _CALL_FINISHED = (
 )
 
 
-_EDITS_APPROVED = (
-    sa.select(DECISIONS.c.edited_args)
-    .join(
-        CHECKPOINTS,
-        sa.and_(CHECKPOINTS.c.id == DECISIONS.c.checkpoint_id, CHECKPOINTS.c.attempt == DECISIONS.c.attempt),
-    )
-    .where(
-        # The execution first: its (execution_id, position) key is the index this lookup runs on.
-        CHECKPOINTS.c.execution_id == sa.bindparam("execution_id"),
-        CHECKPOINTS.c.tool_call_id == sa.bindparam("tool_call_id"),
-        DECISIONS.c.decision == "approve",
-        DECISIONS.c.edited_args.is_not(None),
-    )
-    .order_by(DECISIONS.c.decided_at, DECISIONS.c.id)
-)
-# The call a step opened, if any: its row, then its edits (`take_edits`), where the step after an approval once
-# took three statements (its id, its row, the edits).
-_CALL_OF_STEP = sa.select(ToolCall).where(
-    ToolCall.execution_id == sa.bindparam("execution_id"), ToolCall.step_index == sa.bindparam("step_index")
-)
+@dataclass(frozen=True)
+class Ending:
+    """A run's end, written by the statement that records its last step: `allocation` (the step's, which also ends
+    the run, fenced by the claim; it matches no row while a checkpoint waits to be passed), its parameters beside
+    the step's, and the events that follow the step's."""
+
+    events: tuple[TypedEvent, ...]
+    allocation: DirectStatement
+    parameters: dict[str, Any]
+
+
+# Given the result of the step just performed, the run's end when that step is its last; None when it is not.
+EndingOf = Callable[[dict[str, Any]], Awaitable[Ending | None]]
 
 
 def _call_event(call_id: str, tool: str, args: dict[str, Any]) -> ToolCallPayload:
@@ -135,15 +131,20 @@ async def open_call(
     return call
 
 
+def ungated(call: ToolCall, mode: RunMode) -> bool:
+    """Whether `gate` lets the call through without a checkpoint to look at (it reads and writes nothing then)."""
+    tool = TOOLS[call.tool]
+    if not mode.gate_actions or not tool.acts_on_world or side_effect_of(call.tool, call.args) is None:
+        return True
+    # A call that can only fail (its `record` says why) has nothing for a reviewer to approve.
+    return tool.argument_problem(call.args) is not None
+
+
 async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, mode: RunMode) -> Checkpoint | None:
     """With autoDetectCheckpoints, the checkpoint a call of a tool that acts on the world must pass first;
     None when the call needs no review or has passed it."""
     effect = side_effect_of(call.tool, call.args)
-    tool = TOOLS[call.tool]
-    if not mode.gate_actions or effect is None or not tool.acts_on_world:
-        return None
-    if tool.argument_problem(call.args) is not None:
-        # It can only fail (its `record` says why): nothing for a reviewer to approve.
+    if effect is None or ungated(call, mode):
         return None
     bound = await session.scalar(
         sa.select(Checkpoint).where(
@@ -159,48 +160,6 @@ async def gate(runner: ExecutionRunner, session: AsyncSession, call: ToolCall, m
         await decide(session, checkpoint.id, "approve", by="vouch", via=Channel.AUTO)
         return None
     return checkpoint
-
-
-async def call_of_step(session: AsyncSession, execution_id: str, index: int) -> ToolCall | None:
-    """The call opened for step `index` (at its checkpoint, or by a worker that died), with the edits an approval
-    of its checkpoint made taken (`take_edits`); None when the step has none."""
-    call = (await session.scalars(_CALL_OF_STEP, {"execution_id": execution_id, "step_index": index})).first()
-    if call is None:
-        return None
-    await take_edits(session, call)
-    return call
-
-
-async def take_edits(session: AsyncSession, call: ToolCall) -> None:
-    """The arguments the call runs with: the agent's own (kept in `proposed_args` once edited) with the edits of
-    every approval of a checkpoint bound to it (review.decide checked them), in the order they were given,
-    whichever gate it was: the caller's, an auto-detected one, any agent. Each agent calls it on the call it is
-    about to gate or run, before the gates, so a later gate shows its reviewer the call as edited so far and a
-    call runs only as approved. Taking them again changes nothing."""
-    found = await session.scalars(_EDITS_APPROVED, {"execution_id": call.execution_id, "tool_call_id": call.id})
-    # A decision without edits may hold JSON null rather than SQL NULL: not an edit either.
-    edits = [edited for edited in found if edited]
-    if not edits:
-        return
-    proposed = dict(call.args if call.proposed_args is None else call.proposed_args)
-    approved = proposed.copy()
-    for edited in edits:
-        approved.update(edited)
-    if (call.proposed_args, call.args) != (proposed, approved):
-        call.proposed_args, call.args = proposed, approved
-        await session.flush()
-
-
-def _edit_note(call: ToolCall) -> dict[str, Any]:
-    """What the agent is told when it ran with a reviewer's edits: which arguments changed, from what to what."""
-    if call.proposed_args is None:
-        return {}
-    changed = {
-        name: {"proposed": call.proposed_args.get(name), "approved": value}
-        for name, value in call.args.items()
-        if call.proposed_args.get(name) != value
-    }
-    return {"reviewerEdited": changed, "note": "The reviewer changed these arguments before approving the call."}
 
 
 async def start_call(session: AsyncSession, call: ToolCall) -> None:
@@ -220,7 +179,8 @@ async def run_call(
     began = time.perf_counter()
     performed = await _perform(runner, tool, call)
     async with runner.db.transaction() as session:
-        return await _finish(runner, session, state, call, (*performed, began), after)
+        answer, _ended = await _finish(runner, session, state, call, (*performed, began), after)
+        return answer
 
 
 async def run_begun_in_place(
@@ -229,17 +189,21 @@ async def run_begun_in_place(
     state: dict[str, Any],
     call: ToolCall,
     after: Callable[[dict[str, Any]], None],
-) -> dict[str, Any]:
+    ending: EndingOf | None = None,
+) -> bool:
     """A call already on record (opened at its checkpoint, which let it through now) of a tool that works only in
     our database: performed and recorded in the caller's transaction, the one that let it through, as
-    `run_in_place` does a fresh call. No "started" state in between: its effect and result commit together."""
+    `run_in_place` does a fresh call. No "started" state in between: its effect and result commit together.
+    With `ending`, the run's end, when it gives one, is written by the step's statement too; says whether it was."""
     began = time.perf_counter()
     tool = TOOLS[call.tool]
     write = tool.single_write(runner.execution_id, call.args, utcnow())
     if write is not None:
         # Its effect and its row, finished, go with the step's statement (the step after an approval).
-        return await _finish(runner, session, state, call, (None, None, began), after, write)
-    return await _finish(runner, session, state, call, (*await _perform(runner, tool, call), began), after)
+        performed: tuple[Any, str | None, float] = (None, None, began)
+    else:
+        performed = (*await _perform(runner, tool, call), began)
+    return (await _finish(runner, session, state, call, performed, after, write, ending))[1]
 
 
 async def _perform(runner: ExecutionRunner, tool: Tool, call: ToolCall) -> tuple[Any, str | None]:
@@ -258,9 +222,11 @@ async def _finish(
     performed: tuple[Any, str | None, float],
     after: Callable[[dict[str, Any]], None],
     write: SingleWrite | None = None,
-) -> dict[str, Any]:
+    ending: EndingOf | None = None,
+) -> tuple[dict[str, Any], bool]:
     """Record a performed call, its row finished, with the agent's progress and the result's event. With `write`
-    (the call's whole effect as a row), the effect and the call's row are written by the step's statement."""
+    (the call's whole effect as a row), the effect and the call's row are written by the step's statement. With
+    `ending`, the run's end too, when it gives one. What the agent is told, and whether the run ended."""
     outcome, error, began = performed
     result: dict[str, Any] | None = None
     companions: tuple[Companion, ...] = ()
@@ -289,22 +255,33 @@ async def _finish(
         finished = {"status": "failed" if error else "succeeded", "result": result, "error": error}
         await session.execute(_CALL_FINISHED, {"call_id": call.id, **finished, "finished_at": finished_at})
     elapsed = time.perf_counter() - began
-    answer = {**_answer(result, error), **_edit_note(call)}
+    answer = {**_answer(result, error), **edit_note(call)}
     after(answer)
     runner.spend(state, seconds=elapsed)
+    recorded: list[TypedEvent] = [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))]
+    parameters = {**runner.fenced(), "saved_state": dict(state)}
+    end = None if ending is None or error is not None else await ending(result or {})
+    if end is not None:
+        # The run's end with its last step: its own allocation, which matches no row while a checkpoint still
+        # waits to be passed. The step alone, below, then tells that apart from a claim lost.
+        ended = await append_events(
+            session,
+            runner.execution_id,
+            [*recorded, *end.events],
+            allocation=end.allocation,
+            parameters={**parameters, **end.parameters},
+            companions=companions,
+        )
+        if ended is not None:
+            return answer, True
     # The claim's fence, the lease's renewal, the progress saved and the result's seq: one statement, as in
     # `run_in_place`. A claim lost meanwhile adds nothing, and the transaction (the record too) rolls back.
     added = await append_events(
-        session,
-        runner.execution_id,
-        [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))],
-        allocation=_FENCED_STEP,
-        parameters={**runner.fenced(), "saved_state": dict(state)},
-        companions=companions,
+        session, runner.execution_id, recorded, allocation=_FENCED_STEP, parameters=parameters, companions=companions
     )
     if added is None:
         raise LeaseLost(runner.execution_id)
-    return answer
+    return answer, False
 
 
 async def run_in_place(

@@ -16,18 +16,24 @@ from core.models import CHECKPOINTS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
 from core.web.services import db_session
 from review import AlreadyDecided, DecisionError, InvalidInput, NotReviewer, UnknownCheckpoint, decide
-from review.access import may_decide, reviewer_may_decide
+from review.access import decider_rule, may_decide
 
 blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
 
-# The execution, and the checkpoint named if it is one of the execution's.
+# The execution, the checkpoint named if it is one of the execution's, and whether the caller (`by`) may decide
+# it: the one rule (review/access.py), asked in the same statement.
 _DECIDING = (
     sa.select(
         EXECUTIONS.c.user_id,
         EXECUTIONS.c.assigned_reviewer,
-        EXECUTIONS.c.backup_reviewer,
         CHECKPOINTS.c.id.label("checkpoint_id"),
-        CHECKPOINTS.c.attempt,
+        decider_rule(
+            sa.bindparam("by", type_=sa.String()),
+            EXECUTIONS.c.assigned_reviewer,
+            EXECUTIONS.c.backup_reviewer,
+            CHECKPOINTS.c.id,
+            CHECKPOINTS.c.attempt,
+        ).label("may_decide"),
     )
     .select_from(
         EXECUTIONS.outerjoin(
@@ -88,20 +94,13 @@ async def _decide(
     then, so that someone who may not see the execution learns nothing from a 422)."""
     caller = current_caller()
     session = db_session()
-    # One Core statement for the execution and this checkpoint of it (issue 25: two ORM loads cost more).
-    found = (await session.execute(_DECIDING, {"execution_id": execution_id, "checkpoint_id": checkpoint_id})).first()
-    # The assigned reviewer, or the backup reviewer once escalated: the one rule (review/access.py).
+    # One Core statement for the execution, this checkpoint of it and the rule (issue 25: each was a statement).
+    parameters = {"execution_id": execution_id, "checkpoint_id": checkpoint_id, "by": caller.email}
+    found = (await session.execute(_DECIDING, parameters)).first()
     if found is None:
         is_reviewer = False
     elif found.checkpoint_id is not None:
-        is_reviewer = await reviewer_may_decide(
-            session,
-            email=caller.email,
-            assigned=found.assigned_reviewer,
-            backup=found.backup_reviewer,
-            checkpoint_id=found.checkpoint_id,
-            attempt=found.attempt,
-        )
+        is_reviewer = bool(found.may_decide)
     else:
         # No such checkpoint of this execution: the rule as it answers for whichever checkpoint waits now.
         execution = await session.get_one(Execution, execution_id)

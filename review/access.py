@@ -6,38 +6,55 @@ account an operator disabled (`vouch users disable`) is neither: whatever they s
 links, a key a web process cached) decides nothing until they are enabled again.
 
 `may_decide` answers a channel that wants to know before it acts (which buttons to show, 404 or 403);
-`review.decide` asks `reviewer_may_decide` again itself, on the execution row it has locked, so no channel
-can skip the rule and a reviewer replaced meanwhile is refused whatever the channel checked before.
+`review.decide` checks the rule again itself (`decider_rule`) in the statement that moves the execution on, on
+its row as it then stands, so no channel can skip the rule and a reviewer replaced meanwhile is refused whatever
+the channel checked before. The rule is written once, as SQL; `reviewer_may_decide` asks it of plain values.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Checkpoint, Execution, ReviewTimer, User
 
+_TIMERS = cast(sa.Table, ReviewTimer.__table__).c
+_USERS = cast(sa.Table, User.__table__).c
+
+
+def _disabled(email: sa.ColumnElement[str]) -> sa.Exists:
+    return sa.exists().where(_USERS.email == email, _USERS.disabled_at.is_not(None))
+
+
+def decider_rule(
+    email: sa.ColumnElement[str],
+    assigned: sa.ColumnElement[str | None],
+    backup: sa.ColumnElement[str | None],
+    checkpoint_id: sa.ColumnElement[str],
+    attempt: sa.ColumnElement[int],
+) -> sa.ColumnElement[bool]:
+    """The rule as one SQL condition, over columns or bound values: `email` may decide `attempt` of the checkpoint
+    whose execution names `assigned` and `backup`. A statement that locks or writes the execution's row can carry
+    it (review.decide's move), so the rule is checked on the row as it stands when the decision commits."""
+    # The escalation timer of this attempt fired at all is enough: the timer's clock may run ahead of ours (tests
+    # inject it), and a timer only ever fires without effect once its attempt is decided, when nobody may decide.
+    escalated = sa.exists().where(
+        _TIMERS.checkpoint_id == checkpoint_id,
+        _TIMERS.attempt == attempt,
+        _TIMERS.kind == "escalation",
+        _TIMERS.fired_at.is_not(None),
+    )
+    named = sa.or_(assigned == email, sa.and_(backup == email, escalated))
+    return sa.and_(named, ~_disabled(email))
+
 
 async def disabled(session: AsyncSession, email: str) -> bool:
     """Whether `email` is a user's whom an operator disabled. An address with no account is not disabled:
     reviewers need no account to decide by mail."""
-    found = await session.scalar(sa.select(User.id).where(User.email == email, User.disabled_at.is_not(None)))
-    return found is not None
-
-
-async def escalated(session: AsyncSession, checkpoint_id: str, attempt: int) -> bool:
-    fired = await session.scalar(
-        sa.select(ReviewTimer.fired_at).where(
-            ReviewTimer.checkpoint_id == checkpoint_id,
-            ReviewTimer.attempt == attempt,
-            ReviewTimer.kind == "escalation",
-        )
-    )
-    # Fired at all is enough: the timer's clock may run ahead of ours (tests inject it), and a timer only
-    # ever fires without effect once its attempt is decided, when nobody may decide it anyway.
-    return fired is not None
+    return bool(await session.scalar(sa.select(_disabled(sa.literal(email, sa.String())))))
 
 
 async def reviewer_may_decide(
@@ -50,15 +67,16 @@ async def reviewer_may_decide(
     attempt: int,
 ) -> bool:
     """The rule itself, on plain values: the assigned reviewer, or the backup once this attempt escalated."""
-    if not email:
-        return False
-    if assigned is not None and email == assigned:
-        named = True
-    elif backup is None or email != backup:
-        return False
-    else:
-        named = await escalated(session, checkpoint_id, attempt)
-    return named and not await disabled(session, email)
+    if not email or email not in (assigned, backup):
+        return False  # named by neither: no statement needed to say no
+    rule = decider_rule(
+        sa.literal(email, sa.String()),
+        sa.literal(assigned, sa.String()),
+        sa.literal(backup, sa.String()),
+        sa.literal(checkpoint_id, sa.String()),
+        sa.literal(attempt, sa.Integer()),
+    )
+    return bool(await session.scalar(sa.select(rule)))
 
 
 async def may_decide(

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core._sqlalchemy_shortcuts import DirectStatement
+from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
-from core.event_payloads import CheckpointDecided
-from core.events import append_event
+from core.event_payloads import (
+    CheckpointDecided,
+    CheckpointRevisionRequested,
+    ExecutionCancelled,
+    ExecutionRejected,
+    TypedEvent,
+)
+from core.events import append_events, seq_allocation
 from core.ids import new_id
-from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, Checkpoint, Decision, Execution, UTCDateTime, utcnow
+from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, Checkpoint, Execution, UTCDateTime, utcnow
 from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
-from review.access import reviewer_may_decide
+from review.access import decider_rule
 from review.decision_errors import (
     AlreadyDecided,
     DecisionError,
@@ -33,22 +42,46 @@ Verdict = Literal["approve", "reject"]
 Outcome = Literal["approve", "reject", "cancel"]
 
 
-_REVIEWERS_LOCKED = (
-    sa.select(EXECUTIONS.c.assigned_reviewer, EXECUTIONS.c.backup_reviewer)
-    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"))
-    .with_for_update()
+# Whether the deciding person (parameter `by`) may decide this attempt (`checkpoint_id`, `attempt`), on the
+# execution's row: the one rule (review/access.py) over its reviewer columns.
+_RULE_ON_ROW = decider_rule(
+    sa.bindparam("by", type_=sa.String()),
+    EXECUTIONS.c.assigned_reviewer,
+    EXECUTIONS.c.backup_reviewer,
+    sa.bindparam("checkpoint_id", type_=sa.String()),
+    sa.bindparam("attempt", type_=sa.Integer()),
 )
-_INSERT_DECISION = sa.insert(DECISIONS)
-_MOVE_EXECUTION = (
-    sa.update(EXECUTIONS)
-    .where(EXECUTIONS.c.id == sa.bindparam("execution_id"), EXECUTIONS.c.status == "awaiting_review")
-    .values(
+
+
+@functools.cache
+def _allocation(person: bool, moves: bool) -> DirectStatement:
+    """The seqs of a decision's events, taken where the rule lets a `person` decide and, when the answer `moves`
+    the execution on, only while it waits for this decision, moving it (parameters `end_status`, `completed_at`)."""
+    where = [_RULE_ON_ROW] if person else []
+    if not moves:
+        return seq_allocation(*where)
+    return seq_allocation(
+        *where,
+        EXECUTIONS.c.status == "awaiting_review",
         status=sa.bindparam("end_status"),
         completed_at=sa.bindparam("completed_at", type_=UTCDateTime()),
         worker_id=None,
         lease_until=None,
     )
-)
+
+
+# Why the allocation matched nothing: the execution's status, and whether the rule lets `by` decide.
+_WHY_NOT = sa.select(EXECUTIONS.c.status, _RULE_ON_ROW).where(EXECUTIONS.c.id == sa.bindparam("execution_id"))
+
+# What a rejection's outcome depends on: the execution's revision limit, whether its agent reads comments, and
+# how many rejections the checkpoint had before this one.
+_REVISIONS = sa.select(
+    EXECUTIONS.c.max_revisions,
+    EXECUTIONS.c.reads_comments,
+    sa.select(sa.func.count())
+    .where(DECISIONS.c.checkpoint_id == sa.bindparam("checkpoint_id"), DECISIONS.c.decision == "reject")
+    .scalar_subquery(),
+).where(EXECUTIONS.c.id == sa.bindparam("execution_id"))
 
 
 def _checked_answer(
@@ -163,107 +196,108 @@ async def decide(
         raise NotAwaitingReview("the agent has not reached this checkpoint yet")
     grading, original_args, edited_args = _checked_answer(decision, via, comment, edited_args, *won[2:])
     execution_id, current_attempt = won[0], won[1]
-    if via in PERSON_CHANNELS:
-        # Checked here, on the execution row locked (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises), so a
-        # PATCH that names another reviewer is either wholly before this decision or wholly after it.
-        reviewers = (await session.execute(_REVIEWERS_LOCKED, {"execution_id": execution_id})).one()
-        if not await reviewer_may_decide(
-            session,
-            email=by,
-            assigned=reviewers.assigned_reviewer,
-            backup=reviewers.backup_reviewer,
-            checkpoint_id=checkpoint_id,
-            attempt=current_attempt,
-        ):
-            # The caller's transaction rolls back on this error: the compare-and-set above goes with it.
-            raise NotReviewer(f"{by} may not decide this checkpoint; only its current reviewer may")
-
     now = utcnow()
-    row = Decision(
-        id=new_id("dec"),
+    row: dict[str, Any] = {
+        "id": new_id("dec"),
+        "checkpoint_id": checkpoint_id,
+        "attempt": current_attempt,
+        "execution_id": execution_id,
+        "decision": decision,
+        "decided_by": by,
+        "via": via,
+        "comment": comment,
+        "remote_addr": remote_addr,
+        "decided_at": now,
+        "original_args": original_args,
+        "edited_args": edited_args,
+        "rating": rating,
+        "labels": labels,
+    }
+    record = DecisionRecord(
         checkpoint_id=checkpoint_id,
-        attempt=current_attempt,
-        execution_id=execution_id,
         decision=decision,
-        decided_by=by,
+        by=by,
         via=via,
+        at=now,
         comment=comment,
+        attempt=current_attempt,
         remote_addr=remote_addr,
-        decided_at=now,
         original_args=original_args,
         edited_args=edited_args,
         rating=rating,
-        labels=labels,
+        labels=list(labels) if labels is not None else None,
     )
-    # Written here, as a Core INSERT of the attributes set above (the columns left out take their defaults): the
-    # unique (checkpoint_id, attempt) is the database's own guard against a second answer.
-    await session.execute(_INSERT_DECISION, {k: v for k, v in vars(row).items() if not k.startswith("_sa_")})
-    record = DecisionRecord.of(row)
     decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
-    await append_event(session, execution_id, EventType.CHECKPOINT_DECIDED, decided)
-    if via == "auto":
-        return record
-    if grading:
-        await grade_given(session, execution_id, record)
-        return record
-    revise = False
-    if decision == "reject" and via != "timeout":
-        limit, reads = (
-            await session.execute(
-                sa.select(Execution.max_revisions, Execution.reads_comments).where(Execution.id == execution_id)
-            )
-        ).one()
-        rejections = await session.scalar(
-            sa.select(sa.func.count())
-            .select_from(Decision)
-            .where(Decision.checkpoint_id == checkpoint_id, Decision.decision == "reject")
-        )
-        revise = reads and (rejections or 0) <= (limit or 0)
-    end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[decision]
-    completed_at = None if end_status == "running" else now
-    moved = await session.execute(
-        _MOVE_EXECUTION, {"execution_id": execution_id, "end_status": end_status, "completed_at": completed_at}
+    events: list[TypedEvent] = [(EventType.CHECKPOINT_DECIDED, decided)]
+    person = via in PERSON_CHANNELS
+    # The automatic pass and a grade record the answer only; every other answer moves the execution on.
+    moves = via != Channel.AUTO and not grading
+    parameters: dict[str, Any] = {"by": by, "checkpoint_id": checkpoint_id, "attempt": current_attempt}
+    revise, end_status = False, None
+    if moves:
+        if decision == "reject" and via != "timeout":
+            limit, reads, rejected_before = (
+                await session.execute(_REVISIONS, {"execution_id": execution_id, "checkpoint_id": checkpoint_id})
+            ).one()
+            revise = reads and rejected_before + 1 <= (limit or 0)  # this rejection counted
+        end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[
+            decision
+        ]
+        parameters.update(end_status=end_status, completed_at=None if end_status == "running" else now)
+        events.extend(_outcome_events(end_status, revise, checkpoint_id, current_attempt, comment, by, via))
+    # One statement (on PostgreSQL): the execution moved on, or only its seqs taken, where it still waits and,
+    # for a person, where the rule lets them decide on the row as it stands; with it the decision row (the
+    # unique (checkpoint_id, attempt) is the database's own guard against a second answer) and the events.
+    added = await append_events(
+        session,
+        execution_id,
+        events,
+        allocation=_allocation(person, moves),
+        parameters=parameters,
+        companions=[Companion(DECISIONS, row)],
     )
-    if moved.rowcount != 1:  # type: ignore[attr-defined]
-        status = await session.scalar(sa.select(Execution.status).where(Execution.id == execution_id))
+    if added is None:
+        # The caller's transaction rolls back on these errors: the compare-and-set above goes with it.
+        status, allowed = (await session.execute(_WHY_NOT, {**parameters, "execution_id": execution_id})).one()
+        if person and not allowed:
+            raise NotReviewer(f"{by} may not decide this checkpoint; only its current reviewer may")
         raise ExecutionNotWaiting(f"the execution is {status}; it no longer waits for this decision")
     if revise:
         # Back to pending under the next attempt number: the agent revises and asks again here.
         await session.execute(
-            sa.update(Checkpoint)
-            .where(Checkpoint.id == checkpoint_id)
-            .values(status="pending", attempt=current_attempt + 1),
-            execution_options={"synchronize_session": False},
-        )
-        await append_event(
-            session,
-            execution_id,
-            EventType.CHECKPOINT_REVISION_REQUESTED,
-            {
-                "checkpointId": checkpoint_id,
-                "attempt": current_attempt,
-                "nextAttempt": current_attempt + 1,
-                "comment": comment,
-                "by": by,
-            },
+            sa.update(CHECKPOINTS)
+            .where(CHECKPOINTS.c.id == checkpoint_id)
+            .values(status="pending", attempt=current_attempt + 1)
         )
     if end_status == "running":
         publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id})
-    elif end_status == "rejected":
-        await append_event(
-            session,
-            execution_id,
-            EventType.EXECUTION_REJECTED,
-            {
-                "status": "rejected",
-                "checkpointId": checkpoint_id,
-                "comment": comment,
-                "by": by,
-                "attempt": current_attempt,
-            },
-        )
-    else:
-        await append_event(
-            session, execution_id, EventType.EXECUTION_CANCELLED, {"status": "cancelled", "by": by, "via": via}
-        )
+    if grading:
+        await grade_given(session, execution_id, record)
     return record
+
+
+def _outcome_events(
+    end_status: str, revise: bool, checkpoint_id: str, attempt: int, comment: str, by: str, via: Channel
+) -> list[TypedEvent]:
+    if revise:
+        revision: CheckpointRevisionRequested = {
+            "checkpointId": checkpoint_id,
+            "attempt": attempt,
+            "nextAttempt": attempt + 1,
+            "comment": comment,
+            "by": by,
+        }
+        return [(EventType.CHECKPOINT_REVISION_REQUESTED, revision)]
+    if end_status == "rejected":
+        rejected: ExecutionRejected = {
+            "status": "rejected",
+            "checkpointId": checkpoint_id,
+            "comment": comment,
+            "by": by,
+            "attempt": attempt,
+        }
+        return [(EventType.EXECUTION_REJECTED, rejected)]
+    if end_status == "cancelled":
+        cancelled: ExecutionCancelled = {"status": "cancelled", "by": by, "via": via}
+        return [(EventType.EXECUTION_CANCELLED, cancelled)]
+    return []

@@ -16,8 +16,10 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.db import Database
 from core.ids import new_id
-from core.models import ApiKey, Checkpoint, Execution, utcnow
+from core.models import ApiKey, Checkpoint, Execution, ToolCall, utcnow
 from core.settings import Settings
+from core.vocabulary import Channel
+from review import decide
 from tests.conftest import make_account
 
 
@@ -174,3 +176,46 @@ async def test_a_claim_hands_back_what_the_run_goes_on_from(db: Database, settin
     second = await claim_next(db, "worker-b", 30)
     assert second == Claim(exe, 2) and second.entry is not None
     assert (second.entry.state, second.entry.caller_pending) == (state, 1)
+
+
+@pytest.mark.parametrize("edited", [False, True])
+async def test_after_an_approval_the_claim_hands_back_the_call_it_let_through(
+    db: Database, settings: Settings, edited: bool
+) -> None:
+    """As its row holds it, so that the step after an approval reads nothing first (issue 25); not when the approval
+    edited its arguments: the runner reads the edits with the call (agents/tool_calls.py `take_edits`)."""
+    account = await make_account(db, settings, f"{new_id('u')}@example.com")
+    task = CreateTaskIn.model_validate(
+        {
+            "taskName": "t",
+            "taskDescription": 'Write a note called "a.md" saying "hi".',
+            "testMode": "with-verification",
+            "assignedReviewer": account.email,
+            "checkpoints": [{"stage": "Write", "description": "the note", "verificationQuestion": "Write it?"}],
+        }
+    )
+    async with db.transaction() as session:
+        key_id = await session.scalar(sa.select(ApiKey.id).where(ApiKey.user_id == account.user_id))
+        caller = Caller(account.user_id, account.email, str(key_id), frozenset({"eval:manage"}))
+        exe = (await create_execution(session, caller, task, "offline")).id
+    first = await claim_next(db, "worker-a", 30)
+    assert first is not None and first.entry is not None and first.entry.step_call is None  # no state yet
+    await ExecutionRunner(settings, db, "worker-a", first).run()
+    async with db.reading() as session:
+        (checkpoint,) = await session.scalars(sa.select(Checkpoint).where(Checkpoint.execution_id == exe))
+        (held,) = await session.scalars(sa.select(ToolCall).where(ToolCall.execution_id == exe))
+    assert checkpoint.status == "awaiting_review" and checkpoint.tool_call_id == held.id
+    async with db.transaction() as session:
+        edits = {"content": "edited"} if edited else None
+        await decide(session, checkpoint.id, "approve", by=account.email, via=Channel.WEB, edited_args=edits)
+    second = await claim_next(db, "worker-b", 30)
+    assert second is not None and second.entry is not None
+    if edited:
+        assert second.entry.step_call is None
+        return
+    assert second.entry.step_call is not None and second.entry.step_call.cursor == 0
+    found = second.entry.step_call.call
+    assert found is not None
+    columns = ("id", "execution_id", "step_index", "tool", "args", "provider_call_id", "proposed_args", "status")
+    assert [getattr(found, name) for name in columns] == [getattr(held, name) for name in columns]
+    assert (found.status, found.started_at) == ("proposed", held.started_at)
