@@ -32,6 +32,7 @@ from core.bus import make_bus
 from core.db import Database
 from core.heap import freeze_start_up
 from core.settings import Settings
+from core.web.files import file_in_folder
 from core.web.services import close_request_session, commit_request_session
 from core.web.sessions import signin_here
 
@@ -44,9 +45,13 @@ MAX_BODY_BYTES = 1024 * 1024
 def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
     """Build the web app. With `run_worker`, an in-process worker runs beside it (`vouch serve`)."""
     # root_path anchors the folders to the code, not to whatever directory the process started in.
-    app = Quart(
-        "vouch", root_path=str(Path(__file__).parent), template_folder="../templates", static_folder="../static"
-    )
+    app = Quart("vouch", root_path=str(Path(__file__).parent), template_folder="../templates", static_folder=None)
+    static_folder = Path(__file__).resolve().parent.parent / "static"
+
+    @app.get("/static/<path:filename>", endpoint="static")
+    async def static_file(filename: str) -> Response:
+        return await file_in_folder(static_folder, filename)
+
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["JSON_SORT_KEYS"] = False
     install_request_ids(app)  # first, so that every later hook's log lines carry the id

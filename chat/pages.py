@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from quart import Blueprint, Response, abort, render_template, request, send_from_directory
+from quart import Blueprint, Response, abort, render_template, request
 
 from chat.access import Person, access_to, view_token_ok
 from chat.conversation import fold, messages_of, run_metrics, status_of
@@ -13,6 +13,7 @@ from core import formatting
 from core.events import events_after
 from core.formatting import isoformat
 from core.vocabulary import ENDING_EVENTS, EventType
+from core.web.files import file_response
 from core.web.headers import add_page_headers
 from core.web.services import db_session, services
 from core.web.sessions import current_viewer, signin_url
@@ -114,7 +115,4 @@ async def vendor(name: str) -> Response:
     path = VENDOR_FILES.get(name)
     if path is None:
         abort(404)
-    response = await send_from_directory(path.parent, path.name)
-    response.cache_control.public = True
-    response.cache_control.max_age = 3600
-    return response
+    return await file_response(path, max_age=3600)
