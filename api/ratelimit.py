@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from redis.exceptions import NoScriptError, RedisError
 
-from core.redis_calls import OrderedCalls
+from core.redis_calls import OrderedCalls, Packed
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -182,9 +182,9 @@ class RedisRateLimiter:
         self.prefix = prefix
         self._clock = clock
         # The whole call is held to `timeout` here (the connection has no socket timeout: core/redis_calls.py).
-        self._calls = OrderedCalls(url, timeout, timeout)
+        self._calls = OrderedCalls(url, timeout)
         self._timeout = timeout
-        self._batch = _Script(self._calls)
+        self._script = _Script(self._calls)
         self._fallback = InProcessRateLimiter(policy)
         self._retry_seconds = retry_seconds
         self._down_until: float | None = None
@@ -195,7 +195,7 @@ class RedisRateLimiter:
         now = "" if self._clock is None else str(self._clock())
         try:
             async with asyncio.timeout(self._timeout):
-                raw = await self._batch.run([self.prefix + key], [self.policy.interval, self.policy.span, now])
+                raw = await self._script.run(self.prefix + key, (self.policy.interval, self.policy.span, now))
             if not isinstance(raw, list) or len(raw) != 4:
                 raise RedisError(f"unexpected answer from the rate limit script: {raw!r}")
         except (RedisError, OSError, TimeoutError) as exc:
@@ -222,19 +222,34 @@ class RedisRateLimiter:
 
 class _Script:
     """The GCRA script by EVALSHA on the limiter's own connection (core/redis_calls.py), loaded again when Redis
-    answers NOSCRIPT (after a restart or FLUSH)."""
+    answers NOSCRIPT (after a restart or FLUSH). With Redis's clock (no `now`), a key's command is the same every
+    time: it is packed once."""
+
+    MAX_PACKED = 10_000
 
     def __init__(self, calls: OrderedCalls) -> None:
         self.calls = calls
         self.sha = hashlib.sha1(_GCRA_LUA.encode()).hexdigest()
+        self._packed: dict[tuple[str, tuple[int | str, ...]], Packed] = {}
 
-    async def run(self, keys: list[str], args: list[int | str]) -> Any:
+    async def run(self, key: str, args: tuple[int | str, ...]) -> Any:
         try:
-            return await self.calls.call("EVALSHA", self.sha, len(keys), *keys, *args)
+            return await self.calls.call_packed(self._evalsha(key, args))
         except NoScriptError:
             loaded = await self.calls.call("SCRIPT", "LOAD", _GCRA_LUA)
             self.sha = loaded.decode() if isinstance(loaded, bytes) else str(loaded)
-            return await self.calls.call("EVALSHA", self.sha, len(keys), *keys, *args)
+            self._packed.clear()
+            return await self.calls.call_packed(self._evalsha(key, args))
+
+    def _evalsha(self, key: str, args: tuple[int | str, ...]) -> Packed:
+        if args[-1] != "":  # a test's own clock: a new `now` every time
+            return self.calls.pack("EVALSHA", self.sha, 1, key, *args)
+        found = self._packed.get((key, args))
+        if found is None:
+            if len(self._packed) >= self.MAX_PACKED:
+                self._packed.clear()
+            found = self._packed[(key, args)] = self.calls.pack("EVALSHA", self.sha, 1, key, *args)
+        return found
 
 
 def make_rate_limiter(settings: Settings) -> RateLimiter:

@@ -70,10 +70,10 @@ async def test_a_script_missing_from_redis_is_loaded_again(prefix: str) -> None:
     try:
         # As after a Redis restart or SCRIPT FLUSH (not done here: other processes share this Redis):
         # EVALSHA of an unknown digest answers NOSCRIPT, and the limiter must load the script and go on.
-        limiter._batch.sha = "0" * 40
+        limiter._script.sha = "0" * 40
         decision = await limiter.hit("key")
         assert decision.allowed and decision.remaining == 99 and not limiter.degraded
-        assert limiter._batch.sha != "0" * 40
+        assert limiter._script.sha != "0" * 40
     finally:
         await limiter.close()
 
@@ -101,7 +101,7 @@ async def test_the_limiter_goes_back_to_redis_when_it_answers_again(
             raise RedisConnectionError("connection refused")
 
         with monkeypatch.context() as patch:
-            patch.setattr(limiter._batch, "run", refused)
+            patch.setattr(limiter._script, "run", refused)
             assert (await limiter.hit("key")).allowed
             assert limiter.degraded
         assert (await limiter.hit("key")).remaining == 99  # from Redis: the outage's hit was counted locally
