@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
 from core.models_accounts import ApiKey, ApiKeyUsage, IdempotencyRecord, SigninFailure, SignupRequest, User, WebSession
-from core.models_base import NAMING, Base, BigId, UTCDateTime, utcnow
+from core.models_base import NAMING, Base, BigId, CompressedText, UTCDateTime, utcnow
 from core.models_suites import SUITE_RUNS, SUITE_TASKS, SUITES, Suite, SuiteRun, SuiteTask
 
 # What this module passes on from the split ones; the tables defined below are importable as ever.
@@ -217,8 +217,8 @@ class MailMessage(Base):
     sender: Mapped[str] = mapped_column(sa.String(320))
     recipient: Mapped[str] = mapped_column(sa.String(320))
     subject: Mapped[str] = mapped_column(sa.String(998))
-    text_body: Mapped[str] = mapped_column(sa.Text)
-    html_body: Mapped[str | None] = mapped_column(sa.Text)
+    text_body: Mapped[str] = mapped_column(CompressedText)
+    html_body: Mapped[str | None] = mapped_column(CompressedText)
     # queued -> sent | failed over SMTP; dev_mailbox when no SMTP server is configured.
     status: Mapped[str] = mapped_column(sa.String(16))
     attempts: Mapped[int] = mapped_column(default=0)

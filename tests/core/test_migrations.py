@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 
 from core.db import Database, make_engine
 from core.migrate import alembic_config, current_revision, head_revision, upgrade
-from core.models import Base
+from core.models import Base, MailMessage
 
 TABLES = {
     "users",
@@ -87,5 +87,36 @@ async def test_upgrade_from_empty_is_idempotent_and_reversible(tmp_path: Path) -
         await asyncio.to_thread(upgrade, url)
         async with engine.connect() as conn:
             assert await conn.run_sync(_table_names) >= TABLES
+    finally:
+        await engine.dispose()
+
+
+async def test_mail_bodies_are_compressed_in_place_and_back(database_url: str) -> None:
+    # Run against a database of this test's own (either backend), taken back to before 0019 with a mail in it.
+    html = "<p style=\"font-family:-apple-system,'Segoe UI',Roboto\">Review needed</p>\n" * 40
+    await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0018")
+    engine = make_engine(database_url)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO mail_messages (id, message_key, sender, recipient, subject, text_body, html_body,"
+                    " status, attempts, created_at) VALUES ('m1', 'k1', 'a@x.test', 'b@x.test', 's', 'plain é',"
+                    " :html, 'queued', 0, CURRENT_TIMESTAMP), ('m2', 'k2', 'a@x.test', 'b@x.test', 's', 'only text',"
+                    " NULL, 'queued', 0, CURRENT_TIMESTAMP)"
+                ),
+                {"html": html},
+            )
+        await asyncio.to_thread(upgrade, database_url)
+        async with engine.connect() as conn:
+            stored = (await conn.execute(sa.text("SELECT html_body FROM mail_messages WHERE id = 'm1'"))).scalar_one()
+            assert isinstance(stored, bytes) and len(stored) < len(html) // 5
+            mails = (await conn.execute(sa.select(MailMessage.id, MailMessage.text_body, MailMessage.html_body)
+                                        .order_by(MailMessage.id))).all()
+            assert [tuple(mail) for mail in mails] == [("m1", "plain é", html), ("m2", "only text", None)]
+        await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0018")
+        async with engine.connect() as conn:
+            back = (await conn.execute(sa.text("SELECT text_body, html_body FROM mail_messages ORDER BY id"))).all()
+            assert [tuple(row) for row in back] == [("plain é", html), ("only text", None)]
     finally:
         await engine.dispose()

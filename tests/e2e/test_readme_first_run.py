@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 from pathlib import Path
 
+import sqlalchemy as sa
 from playwright.async_api import Browser, async_playwright, expect
 
+from core.models import MailMessage
 from tests.e2e.test_browser_keys import CHROMIUM, CHROMIUM_ARGS
 from tests.support.ports import free_port
 from tests.support.processes import running, wait_until_healthy
@@ -102,8 +102,16 @@ async def test_the_readme_first_run_ends_with_an_approval_in_the_browser(tmp_pat
                 await expect(page.locator("main")).to_contain_text("Review needed: Release note — Send")
             finally:
                 await chromium.close()
-    with closing(sqlite3.connect(workdir / "var" / "vouch.sqlite3")) as conn:
-        mails = dict(conn.execute("SELECT recipient, text_body FROM mail_messages WHERE status = 'dev_mailbox'"))
+    # Through the model's columns: the bodies are stored compressed (core/models_base.py CompressedText).
+    engine = sa.create_engine(f"sqlite:///{workdir / 'var' / 'vouch.sqlite3'}")
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(
+                sa.select(MailMessage.recipient, MailMessage.text_body).where(MailMessage.status == "dev_mailbox")
+            )
+            mails = {recipient: text for recipient, text in found}
+    finally:
+        engine.dispose()
     # The agent's mail stayed in the dev mailbox; the review mail's links follow the port the service listens on
     # (no VOUCH_BASE_URL was set).
     assert mails["team@example.com"] == "v2 is out"
