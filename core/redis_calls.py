@@ -96,6 +96,11 @@ class OrderedCalls:
                     continue
                 connection = self._connection
                 if not connection.is_connected:
+                    # Whatever the lost connection still owed will never come: failed, so that no answer on the
+                    # new one is handed to a caller of the old (`_lost` may not have run yet: redis-py disconnects
+                    # before it raises to the reader).
+                    _fail(self._waiting, RedisConnectionError("the connection to Redis was lost"))
+                    self._waiting.clear()
                     self._generation += 1
                     try:
                         await connection.connect()

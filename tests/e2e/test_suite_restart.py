@@ -218,10 +218,17 @@ async def test_a_suite_survives_a_restart_of_its_web_process_within_the_limit(se
                             await session.scalars(sa.select(Execution.status).where(Execution.suite_id == suite_id))
                         )
                     assert max(observer.samples, default=0) <= LIMIT, Counter(observer.samples)
+                    last_seen[:] = [states, statuses]
                     waiting = statuses["awaiting_review"] == LIMIT and statuses["completed"] == 9
                     return True if waiting and states["pending"] == 9 else None
 
-                await until(held, timeout=120)
+                last_seen: list[Counter[str]] = []
+                try:
+                    await until(held, timeout=120)
+                except AssertionError as stalled:
+                    # Which runs stalled, and what the processes said: a stall here once gave nothing else to go on.
+                    logs = {path.name: path.read_text()[-3000:] for path in settings.data_dir.glob("*.log")}
+                    raise AssertionError(f"runs {last_seen[:1]}, executions {last_seen[1:]}; logs {logs}") from stalled
                 assert max(observer.samples) == LIMIT
                 # Four approvals over the API, and the serve process is killed at once: those runs go on, finish
                 # and free slots that the schedulers fill, while the process dies under some of it.
