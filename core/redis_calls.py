@@ -66,13 +66,7 @@ class OrderedCalls:
             return [self.call_packed(packed) for packed in (self.pack(*args) for args in commands)]
         loop = asyncio.get_running_loop()
         answers: list[asyncio.Future[Any]] = [loop.create_future() for _ in commands]
-        self._waiting.extend(answers)
-        try:
-            await connection.send_packed_command(connection.pack_commands(commands), check_health=False)
-        except BaseException as failed:
-            await self._lost(self._generation, failed)
-            raise
-        self._start_reader()
+        await self._write_now(answers, connection.pack_commands(commands))
         return answers
 
     def call_packed(self, packed: Packed) -> asyncio.Future[Any]:
@@ -99,8 +93,7 @@ class OrderedCalls:
                     # Whatever the lost connection still owed will never come: failed, so that no answer on the
                     # new one is handed to a caller of the old (`_lost` may not have run yet: redis-py disconnects
                     # before it raises to the reader).
-                    _fail(self._waiting, RedisConnectionError("the connection to Redis was lost"))
-                    self._waiting.clear()
+                    self._fail_waiting(RedisConnectionError("the connection to Redis was lost"))
                     self._generation += 1
                     try:
                         await connection.connect()
@@ -109,22 +102,21 @@ class OrderedCalls:
                         if not isinstance(failed, Exception):
                             raise
                         continue
-                # Queued before the write, and nothing awaited between the two: the queue's order is the wire's.
-                self._waiting.extend(answer for _, answer in batch)
                 try:
-                    await connection.send_packed_command(
-                        [chunk for packed, _ in batch for chunk in packed], check_health=False
-                    )
-                except BaseException as failed:
-                    await self._lost(self._generation, failed)
-                    if not isinstance(failed, Exception):
-                        raise
-                    continue
-                self._start_reader()
+                    await self._write_now([answer for _, answer in batch], [c for packed, _ in batch for c in packed])
+                except Exception:
+                    continue  # the batch's answers hold the failure (`_lost`)
         finally:
             self._writer = None
 
-    def _start_reader(self) -> None:
+    async def _write_now(self, answers: list[asyncio.Future[Any]], chunks: list[bytes]) -> None:
+        # Queued before the write, and nothing awaited between the two: the queue's order is the wire's.
+        self._waiting.extend(answers)
+        try:
+            await self._connection.send_packed_command(chunks, check_health=False)
+        except BaseException as failed:
+            await self._lost(self._generation, failed)
+            raise
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read(self._generation), name="redis-ordered-calls")
 
@@ -158,9 +150,12 @@ class OrderedCalls:
         if generation != self._generation:
             return
         self._generation += 1
+        self._fail_waiting(failure)
+        await self._connection.disconnect(nowait=True)
+
+    def _fail_waiting(self, failure: BaseException) -> None:
         _fail(self._waiting, failure)
         self._waiting.clear()
-        await self._connection.disconnect(nowait=True)
 
     async def reset(self) -> None:
         """Drop the connection (a command went unanswered): the next call makes a new one."""
