@@ -15,10 +15,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from core._sqlalchemy_shortcuts import DirectStatement, run_direct
+from core._sqlalchemy_shortcuts import DirectStatement, run_alone, run_direct
 from core.backends import Backend
-from core.db import Database, commits_alone, one_of
+from core.db import Alone, Database, commits_alone, one_of
 from core.event_payloads import ExecutionClaimed, TypedEvent
 from core.events import add_numbered_events
 from core.model_profiles import EXTERNAL
@@ -220,28 +221,46 @@ def _claim_oldest(backend: Backend) -> DirectStatement:
 
 async def _claim(db: Database, worker_id: str, lease_seconds: float, execution_id: str | None) -> Claim | None:
     backend = db.backend
+    if backend.writes_alone:
+        # The claim writes its event too: it is the whole transaction, a statement committing by itself.
+        async with db.alone() as alone:
+            return await _claimed(alone, backend, db.engine.dialect, worker_id, lease_seconds, execution_id)
     async with db.transaction() as session:
         # Beginning may have waited for another writer: read the clock once it has, or an execution created
         # meanwhile would look started before it was created.
         await backend.begin_writing(session)
-        now = utcnow()
-        parameters = {"now": now, "claimant": worker_id, "claimed_until": now + timedelta(seconds=lease_seconds)}
-        if execution_id is not None:
-            claiming, parameters["wanted"] = _CLAIM_BY_ID, execution_id
-        else:
-            claiming = _claim_oldest(backend)
-        # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
-        payload: ExecutionClaimed = {"worker": worker_id}
-        statement, parameters["claim_payload"] = backend.claim_statement(claiming), payload
+        return await _claimed(session, backend, db.engine.dialect, worker_id, lease_seconds, execution_id)
+
+
+async def _claimed(
+    writing: AsyncSession | Alone,
+    backend: Backend,
+    dialect: Dialect,
+    worker_id: str,
+    lease_seconds: float,
+    execution_id: str | None,
+) -> Claim | None:
+    now = utcnow()
+    parameters = {"now": now, "claimant": worker_id, "claimed_until": now + timedelta(seconds=lease_seconds)}
+    if execution_id is not None:
+        claiming, parameters["wanted"] = _CLAIM_BY_ID, execution_id
+    else:
+        claiming = _claim_oldest(backend)
+    # Told with the claim itself, not a transaction later: the run has begun the moment it is claimed.
+    payload: ExecutionClaimed = {"worker": worker_id}
+    statement, parameters["claim_payload"] = backend.claim_statement(claiming), payload
+    if isinstance(writing, Alone):
+        rows = await run_alone(writing.connection, statement, parameters)
+    else:
         # Where the claim writes its event too, it is the whole transaction: no BEGIN and COMMIT round trips.
-        await commits_alone(session)
-        rows = await run_direct(session, lambda cursor: cursor.execute(statement, parameters))
-        if not rows:
-            return None
-        row = rows[0]
-        claim = Claim(row[0], row[1], _entry(db.engine.dialect, row[0], row[3:]))
-        started: list[TypedEvent] = [
-            (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
-        ]
-        await add_numbered_events(session, claim.execution_id, row[2], started, now)
+        await commits_alone(writing)
+        rows = await run_direct(writing, lambda cursor: cursor.execute(statement, parameters))
+    if not rows:
+        return None
+    row = rows[0]
+    claim = Claim(row[0], row[1], _entry(dialect, row[0], row[3:]))
+    started: list[TypedEvent] = [
+        (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
+    ]
+    await add_numbered_events(writing, claim.execution_id, row[2], started, now)
     return claim

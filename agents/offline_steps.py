@@ -74,6 +74,10 @@ class OfflineDriver:
             )
         # What the claim found holds for its first turn only: a turn may open the step's call, or run it.
         claimed, self._step_call = self._step_call, None
+        if runner.db.backend.writes_alone:
+            alone = await self._advance_alone(state, cursor, plan, claimed)
+            if alone is not None:
+                return alone
         async with runner.db.transaction() as session:
             due = await self._due_checkpoint(session, state["gates"], cursor, len(plan))
             if due is not None:
@@ -152,6 +156,43 @@ class OfflineDriver:
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
         return True
 
+    async def _advance_alone(
+        self, state: dict[str, Any], cursor: int, plan: list[dict[str, Any]], claimed: StepCall | None
+    ) -> bool | None:
+        """The turn as one statement committing by itself, outside any session, when it is the common step (or
+        the step its checkpoint just let through) and the driver knows that without reading anything; None, having
+        done nothing, when the turn needs a transaction. As `advance` otherwise."""
+        if cursor >= len(plan) or self._due_without_reading(state["gates"], cursor) is not False:
+            return None
+        step = plan[cursor]
+        if self._needs_review(step) or not tool_calls.alone_in_place(step["tool"], step["args"]):
+            return None
+        runner = self.runner
+        if self._began_here:
+            said: AgentMessage = {"text": offline.step_message(step)}
+            before: tuple[TypedEvent, ...] = ((EventType.AGENT_MESSAGE, said),)
+            step_of = InPlaceStep(cursor, step["tool"], step["args"], before=before)
+            await tool_calls.run_in_place(runner, None, state, step_of, self._advanced(state, cursor))
+            return True
+        call = claimed.call if claimed is not None and claimed.cursor == cursor else None
+        if call is None or call.status != "proposed" or not self._in_place(call):
+            return None
+        if not tool_calls.alone_in_place(call.tool, call.args):
+            return None
+        self._began_here = True
+        return not await tool_calls.run_begun_in_place(
+            runner, None, state, call, self._advanced(state, cursor), self._ending(None, state, call)
+        )
+
+    def _due_without_reading(self, gates: list[int], cursor: int) -> bool | None:
+        """Whether a caller's checkpoint is due before the step at `cursor` (not the end), as `_due_checkpoint`
+        finds it; None when that takes a read."""
+        if self._caller_pending is None:
+            if gates:
+                return None
+            self._caller_pending = []
+        return any(at < len(gates) and gates[at] <= cursor for _, at in self._caller_pending)
+
     async def _begun_call(self, session: AsyncSession, cursor: int, claimed: StepCall | None = None) -> ToolCall | None:
         """The step's call if one was opened (at its checkpoint, or by a worker that died), with the edits of its
         approval taken: as `claimed` (what the claim found at this turn's step) has it, else read."""
@@ -163,11 +204,11 @@ class OfflineDriver:
         """Whether `call` needs no gate and works only in our database: nothing to write before its record."""
         return not TOOLS[call.tool].performs_outside and tool_calls.ungated(call, self.mode)
 
-    def _ending(self, session: AsyncSession, state: dict[str, Any], call: ToolCall) -> tool_calls.EndingOf:
+    def _ending(self, session: AsyncSession | None, state: dict[str, Any], call: ToolCall) -> tool_calls.EndingOf:
         """The run's end, written with the step of `call` when that is the plan's last and nothing stands in the
         way: not a failed step, not a budget used up, not a checkpoint still to pass (the statement itself looks
         for that one). The next turn would otherwise meet the end in a transaction of its own (issue 25: the step
-        after an approval is the last one of many runs)."""
+        after an approval is the last one of many runs). Without `session`, the end written alone (`runner.ending`)."""
 
         async def ending(result: dict[str, Any]) -> Ending | None:
             plan: list[dict[str, Any]] = state["plan"]
@@ -175,7 +216,8 @@ class OfflineDriver:
                 return None
             if not self.runner.within_budget(state):
                 return None
-            return self.runner.ending(await self._result(session, state, call.step_index, (call.tool, result)))
+            done = await self._result(session, state, call.step_index, (call.tool, result))
+            return self.runner.ending(done, alone=session is None)
 
         return ending
 
@@ -226,12 +268,22 @@ class OfflineDriver:
         return None if due is None else await session.get_one(Checkpoint, due)
 
     async def _result(
-        self, session: AsyncSession, state: dict[str, Any], before: int, last: tuple[str, dict[str, Any]] | None = None
+        self,
+        session: AsyncSession | None,
+        state: dict[str, Any],
+        before: int,
+        last: tuple[str, dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """The run's result from the calls that succeeded at the steps before `before`, then `last` (the step
-        recorded with the end): read only when there are such steps."""
+        recorded with the end): read only when there are such steps; without `session`, in one of its own (the
+        claim, which the end's statement fences, keeps those calls as they are)."""
         done: list[tuple[str, dict[str, Any]]] = []
         if before > 0:
-            calls = await session.execute(_SUCCEEDED_CALLS, {"execution_id": self.execution_id, "before": before})
+            parameters = {"execution_id": self.execution_id, "before": before}
+            if session is None:
+                async with self.runner.db.reading() as reading:
+                    calls = (await reading.execute(_SUCCEEDED_CALLS, parameters)).all()
+            else:
+                calls = (await session.execute(_SUCCEEDED_CALLS, parameters)).all()
             done = [(tool, result or {}) for tool, result in calls]
         return offline.final_result(state, done if last is None else [*done, last])

@@ -31,6 +31,7 @@ from core.logs import execution_context
 from core.models import EXECUTIONS, Checkpoint, Execution, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel, EventType
+from core.webhooks import QUIET
 from review import decide
 from review.pausing import pause_for_review
 
@@ -72,6 +73,17 @@ _FENCED_COMPLETION = seq_allocation(*CLAIM_HOLDS, **_COMPLETED)
 _FENCED_LAST_STEP = seq_allocation(
     *CLAIM_HOLDS,
     ~sa.exists().where(*UNREVIEWED),
+    agent_state=sa.bindparam("saved_state"),
+    **_COMPLETED,
+)
+
+
+# The same, written alone (`core.events.append_events_alone`): only where the end calls for no webhook or verdict
+# (`core.webhooks.QUIET`), which would have to commit with it.
+_FENCED_QUIET_LAST_STEP = seq_allocation(
+    *CLAIM_HOLDS,
+    ~sa.exists().where(*UNREVIEWED),
+    QUIET,
     agent_state=sa.bindparam("saved_state"),
     **_COMPLETED,
 )
@@ -334,10 +346,14 @@ class ExecutionRunner:
         if added is None:
             raise LeaseLost(self.execution_id)
 
-    def ending(self, result: dict[str, Any]) -> Ending:
-        """The execution completed with `result`, written by the statement of its last step (agents/tool_calls.py)."""
+    def ending(self, result: dict[str, Any], *, alone: bool = False) -> Ending | None:
+        """The execution completed with `result`, written by the statement of its last step (agents/tool_calls.py);
+        `alone`, by that statement committing by itself, which matches no row where the end calls for a webhook or
+        a verdict (the next turn ends the run then). None where the end cannot be written alone (traces on)."""
+        if alone and self.db.traces:
+            return None
         events, parameters = self._completion(result)
-        return Ending(events, _FENCED_LAST_STEP, parameters)
+        return Ending(events, _FENCED_QUIET_LAST_STEP if alone else _FENCED_LAST_STEP, parameters)
 
     def _completion(self, result: dict[str, Any]) -> tuple[tuple[TypedEvent, ...], dict[str, Any]]:
         # `output` is the agent's final answer (issue 23), what scorers judge: the model's finish text, the

@@ -8,7 +8,7 @@ Either way the result and the agent's progress commit together.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from agents.tools import TOOLS
 from core._sqlalchemy_shortcuts import DirectStatement
 from core.db import commits_alone
 from core.event_payloads import ToolCallPayload, ToolResult, TypedEvent
-from core.events import Companion, append_event, append_events, seq_allocation
+from core.events import AddedEvent, Companion, append_event, append_events, append_events_alone, seq_allocation
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
 from core.vocabulary import Channel, EventType
@@ -185,7 +185,7 @@ async def run_call(
 
 async def run_begun_in_place(
     runner: ExecutionRunner,
-    session: AsyncSession,
+    session: AsyncSession | None,
     state: dict[str, Any],
     call: ToolCall,
     after: Callable[[dict[str, Any]], None],
@@ -194,7 +194,8 @@ async def run_begun_in_place(
     """A call already on record (opened at its checkpoint, which let it through now) of a tool that works only in
     our database: performed and recorded in the caller's transaction, the one that let it through, as
     `run_in_place` does a fresh call. No "started" state in between: its effect and result commit together.
-    With `ending`, the run's end, when it gives one, is written by the step's statement too; says whether it was."""
+    With `ending`, the run's end, when it gives one, is written by the step's statement too; says whether it was.
+    Without `session`, the tool must have a `single_write` (`alone_in_place`): the statement commits by itself."""
     began = time.perf_counter()
     tool = TOOLS[call.tool]
     write = tool.single_write(runner.execution_id, call.args, utcnow())
@@ -216,7 +217,7 @@ async def _perform(runner: ExecutionRunner, tool: Tool, call: ToolCall) -> tuple
 
 async def _finish(
     runner: ExecutionRunner,
-    session: AsyncSession,
+    session: AsyncSession | None,
     state: dict[str, Any],
     call: ToolCall,
     performed: tuple[Any, str | None, float],
@@ -226,7 +227,8 @@ async def _finish(
 ) -> tuple[dict[str, Any], bool]:
     """Record a performed call, its row finished, with the agent's progress and the result's event. With `write`
     (the call's whole effect as a row), the effect and the call's row are written by the step's statement. With
-    `ending`, the run's end too, when it gives one. What the agent is told, and whether the run ended."""
+    `ending`, the run's end too, when it gives one. Without `session` (`write` then given), each statement commits
+    by itself (`append_events_alone`). What the agent is told, and whether the run ended."""
     outcome, error, began = performed
     result: dict[str, Any] | None = None
     companions: tuple[Companion, ...] = ()
@@ -249,6 +251,8 @@ async def _finish(
         }
         companions = (write.row, Companion(TOOL_CALLS, row, ("id",)))
     else:
+        if session is None:
+            raise ValueError("a call whose effect is not one row is recorded in a session")
         if error is None:
             ctx = ToolContext(session, runner.settings, runner.execution_id, call.id, call.started_at)
             result, error = await _record(TOOLS[call.tool], ctx, call.args, outcome)
@@ -264,29 +268,51 @@ async def _finish(
     if end is not None:
         # The run's end with its last step: its own allocation, which matches no row while a checkpoint still
         # waits to be passed. The step alone, below, then tells that apart from a claim lost.
-        ended = await append_events(
-            session,
-            runner.execution_id,
-            [*recorded, *end.events],
-            allocation=end.allocation,
-            parameters={**parameters, **end.parameters},
-            companions=companions,
+        ended = await _append(
+            runner, session, [*recorded, *end.events], end.allocation, {**parameters, **end.parameters}, companions
         )
         if ended is not None:
             return answer, True
     # The claim's fence, the lease's renewal, the progress saved and the result's seq: one statement, as in
     # `run_in_place`. A claim lost meanwhile adds nothing, and the transaction (the record too) rolls back.
-    added = await append_events(
-        session, runner.execution_id, recorded, allocation=_FENCED_STEP, parameters=parameters, companions=companions
-    )
-    if added is None:
+    if await _append(runner, session, recorded, _FENCED_STEP, parameters, companions) is None:
         raise LeaseLost(runner.execution_id)
     return answer, False
 
 
+async def _append(
+    runner: ExecutionRunner,
+    session: AsyncSession | None,
+    events: Sequence[TypedEvent],
+    allocation: DirectStatement,
+    parameters: dict[str, Any],
+    companions: Sequence[Companion],
+) -> list[AddedEvent] | None:
+    """A step's events with its allocation and companions: in `session`, or, without one, in a statement of their
+    own that commits by itself."""
+    if session is None:
+        return await append_events_alone(
+            runner.db,
+            runner.execution_id,
+            events,
+            allocation=allocation,
+            parameters=parameters,
+            companions=companions,
+        )
+    return await append_events(
+        session, runner.execution_id, events, allocation=allocation, parameters=parameters, companions=companions
+    )
+
+
+def alone_in_place(tool: str, args: dict[str, Any]) -> bool:
+    """Whether a call of `tool` with `args` is one row written by its step's statement (`Tool.single_write`): its
+    step can then be that statement alone, outside any session (`run_alone`, `run_begun_in_place`)."""
+    return TOOLS[tool].single_write("", args, utcnow()) is not None
+
+
 async def run_in_place(
     runner: ExecutionRunner,
-    session: AsyncSession,
+    session: AsyncSession | None,
     state: dict[str, Any],
     step: InPlaceStep,
     after: Callable[[dict[str, Any]], None],
@@ -297,7 +323,8 @@ async def run_in_place(
     row). Its effect, result and progress commit together or not at all.
 
     On PostgreSQL, a step of a tool with a `single_write` in a session where nothing has run yet is that one
-    statement, committing by itself: the caller must then write nothing more in this session."""
+    statement, committing by itself: the caller must then write nothing more in this session. Without `session`
+    (a tool with a `single_write`: `alone_in_place`), that statement commits by itself outside any session."""
     tool = TOOLS[step.tool]
     call_id, started, began = new_id("call"), utcnow(), time.perf_counter()
     effect: tuple[Companion, ...] = ()
@@ -306,8 +333,11 @@ async def run_in_place(
     if write is not None:
         # Its row is written by the step's statement below, with the call's row and the events.
         effect, result, error = (write.row,), write.result, None
-        # Where nothing has run in this session, the whole step is that one statement: it may commit by itself.
-        await commits_alone(session)
+        if session is not None:
+            # Where nothing has run in this session, the whole step is that one statement: it may commit by itself.
+            await commits_alone(session)
+    elif session is None:
+        raise ValueError(f"{step.tool}: a step whose effect is not one row runs in a session")
     else:
         ctx = ToolContext(session, runner.settings, runner.execution_id, call_id, started)
         result, error = await _record(tool, ctx, step.args, None)
@@ -333,14 +363,7 @@ async def run_in_place(
         (EventType.TOOL_CALL, _call_event(call_id, step.tool, step.args)),
         (EventType.TOOL_RESULT, _result_event(call_id, step.tool, result, error, elapsed)),
     ]
-    added = await append_events(
-        session,
-        runner.execution_id,
-        events,
-        allocation=_FENCED_STEP,
-        parameters={**runner.fenced(), "saved_state": dict(state)},
-        companions=(*effect, Companion(TOOL_CALLS, call)),
-    )
-    if added is None:
+    parameters = {**runner.fenced(), "saved_state": dict(state)}
+    if await _append(runner, session, events, _FENCED_STEP, parameters, (*effect, Companion(TOOL_CALLS, call))) is None:
         raise LeaseLost(runner.execution_id)
     return answer

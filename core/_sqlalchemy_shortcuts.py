@@ -55,7 +55,7 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
     AsyncAdapt_aiosqlite_dbapi,
 )
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import await_
 
@@ -98,7 +98,8 @@ class DirectStatement:
         compiled = self.statement.compile(dialect=dialect, column_keys=list(columns))
         if not isinstance(compiled, SQLCompiler) or compiled.positiontup is None:
             raise ValueError(f"{dialect.name}: DirectStatement needs a positional DBAPI")
-        if compiled.insert_prefetch or compiled.update_prefetch or compiled.literal_execute_params:
+        expanding = any(bind.expanding for bind in compiled.binds.values())
+        if compiled.insert_prefetch or compiled.update_prefetch or compiled.literal_execute_params or expanding:
             raise ValueError(f"{self.statement!r} needs SQLAlchemy's execution context: give every value")
         processors = compiled._bind_processors
         slots = []
@@ -158,6 +159,20 @@ async def run_direct(session: AsyncSession, work: Callable[[DirectCursor], T]) -
     return await connection.run_sync(
         lambda sync: _with_cursor(sync.connection.dbapi_connection.cursor(), sync.dialect, work)  # type: ignore[union-attr]
     )
+
+
+async def run_alone(
+    connection: AsyncConnection, statement: DirectStatement, parameters: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run `statement` on `connection`, in autocommit: it commits by itself. What it returned, as
+    `DirectCursor.execute` gives it. Through `exec_driver_sql`, SQLAlchemy's own way in for SQL it did not build
+    at the time: its errors, and a lost connection's invalidation, are SQLAlchemy's."""
+    sync = connection.sync_connection
+    if sync is None or sync.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+        raise ValueError("run_alone needs a connection in autocommit")
+    compiled = statement.compiled_for(connection.dialect, tuple(parameters))
+    result = await connection.exec_driver_sql(compiled.sql, compiled.values(parameters))
+    return [tuple(row) for row in result] if result.returns_rows else []
 
 
 def _with_cursor(cursor: Any, dialect: Dialect, work: Callable[[DirectCursor], T]) -> T:

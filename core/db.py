@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import event, exc
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from core.backends import BACKEND, backend_for, backend_of
+from core.backends.base import Backend
 from core.bus import Bus
 from core.sql import one_of as one_of
 from core.sqlite import make_sqlite_engine
@@ -79,8 +81,8 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
     event.listen(pool, "checkout", handed_out)
 
 
-def publish_after_commit(session: AsyncSession, channel: str, message: dict[str, Any]) -> None:
-    """Queue a bus message that goes out only if, and after, the session commits."""
+def publish_after_commit(session: AsyncSession | Alone, channel: str, message: dict[str, Any]) -> None:
+    """Queue a bus message that goes out only if, and after, the session commits (or its statement, alone)."""
     session.info.setdefault(_PENDING, []).append((channel, message))
 
 
@@ -100,9 +102,20 @@ async def commits_alone(session: AsyncSession) -> bool:
     return await backend_of(session).commit_alone(session)
 
 
-def event_after_commit(session: AsyncSession, message: dict[str, Any]) -> None:
-    """Queue an event's wire message for the event sinks, sent only if, and after, the session commits."""
+def event_after_commit(session: AsyncSession | Alone, message: dict[str, Any]) -> None:
+    """Queue an event's wire message for the event sinks, sent only if, and after, the session commits (or its
+    statement, alone)."""
     session.info.setdefault(_EVENTS, []).append(message)
+
+
+@dataclass
+class Alone:
+    """A connection of `Database.alone`, its statements committing by themselves; `info` holds what goes out
+    after them, as a session's info does."""
+
+    connection: AsyncConnection
+    backend: Backend
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 class Database:
@@ -111,6 +124,7 @@ class Database:
         OTEL_EXPORTER_OTLP_ENDPOINT set; settings.otel_traces_endpoint)."""
         self.url = url
         self.bus = bus
+        self.traces = traces
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         # What differs between the databases, chosen once; each session carries it (core.backends.backend_of).
@@ -120,6 +134,8 @@ class Database:
         self._write = async_sessionmaker(
             self.engine.execution_options(vouch_write=True), expire_on_commit=False, info=info
         )
+        # The same pool's connections, each statement committing by itself (`alone`).
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self._event_sinks: list[EventSink] = []
         # Tasks inside a write transaction (with its depth), and those to cancel as soon as it ends.
         self._writing: dict[asyncio.Task[Any], int] = {}
@@ -159,6 +175,9 @@ class Database:
         pending: list[tuple[str, dict[str, Any]]] = session.info.pop(_PENDING, [])
         events: list[dict[str, Any]] = session.info.pop(_EVENTS, [])
         await session.commit()
+        await self._after_commit(events, pending)
+
+    async def _after_commit(self, events: list[dict[str, Any]], pending: list[tuple[str, dict[str, Any]]]) -> None:
         # Events before bus messages: a decision's event then leaves before the wake-up that lets a
         # worker append the next one, so watchers usually see them in order (they reorder by seq anyway).
         for message in events:
@@ -181,10 +200,7 @@ class Database:
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A write session committed on success, rolled back on error."""
-        task = asyncio.current_task()
-        if task is not None:
-            self._writing[task] = self._writing.get(task, 0) + 1
-        try:
+        with self._write_in_turn():
             async with self.session(write=True) as session:
                 try:
                     yield session
@@ -200,6 +216,29 @@ class Database:
                         log.debug("rollback after %s failed", type(ended).__name__, exc_info=True)
                     raise
                 await self.commit(session)
+
+    @asynccontextmanager
+    async def alone(self) -> AsyncIterator[Alone]:
+        """A connection whose every statement commits by itself, outside any session, where the backend writes
+        that way (`Backend.writes_alone`: PostgreSQL): a step that is one statement then costs neither the
+        session's bookkeeping nor BEGIN and COMMIT. What its statements queued (`Alone.info`, as a session's
+        info) goes out once the block ends without an error, as after a commit."""
+        if not self.backend.writes_alone:
+            raise RuntimeError(f"{self.dialect} writes in transactions only")
+        with self._write_in_turn():
+            async with self._autocommit.connect() as connection:
+                alone = Alone(connection, self.backend)
+                yield alone
+            await self._after_commit(alone.info.pop(_EVENTS, []), alone.info.pop(_PENDING, []))
+
+    @contextmanager
+    def _write_in_turn(self) -> Iterator[None]:
+        """Count the current task as writing until the block ends, when a `stop` asked for meanwhile happens."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._writing[task] = self._writing.get(task, 0) + 1
+        try:
+            yield
         finally:
             if task is not None:
                 depth = self._writing.pop(task) - 1

@@ -16,12 +16,12 @@ from core.backends import backend_of
 from core.backends.base import Companion as Companion
 from core.backends.base import event_rows
 from core.bus import execution_channel
-from core.db import event_after_commit, publish_after_commit
+from core.db import Alone, Database, event_after_commit, publish_after_commit
 from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.trace_outbox import queue_spans_for_event
 from core.vocabulary import EventType
-from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, enqueue_for_event
+from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, enqueue_for_event, quiet
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +285,7 @@ async def _append_events(
 
 
 async def add_numbered_events(
-    session: AsyncSession,
+    session: AsyncSession | Alone,
     execution_id: str,
     first: int,
     items: Sequence[p.TypedEvent],
@@ -293,10 +293,48 @@ async def add_numbered_events(
 ) -> list[AddedEvent]:
     """Add events whose seqs the caller has already taken from `executions.last_seq` in its own statement
     (a claim's, a new execution's: the backend's `claim_statement`, `create_statement`, which may have written
-    their rows already), `first` onwards, `created_at` = `at`: one statement fewer than `append_events`."""
+    their rows already), `first` onwards, `created_at` = `at`: one statement fewer than `append_events`.
+    After a statement written alone (`Database.alone`), that statement wrote them, and none calls for a webhook."""
     rows = event_rows(execution_id, first, items, at)
+    if isinstance(session, Alone):
+        if any(type_ in WEBHOOK_EVENT_TYPES for type_, _ in items):
+            raise ValueError(f"{execution_id}: events that call for a webhook are written in a transaction")
+        return _queue(session, [AddedEvent(**row) for row in rows])
     await backend_of(session).write_taken_events(session, rows)
     return await _announce(session, rows)
+
+
+async def append_events_alone(
+    db: Database,
+    execution_id: str,
+    items: Sequence[p.TypedEvent],
+    *,
+    allocation: DirectStatement,
+    parameters: dict[str, Any],
+    companions: Sequence[Companion] = (),
+) -> list[AddedEvent] | None:
+    """`append_events` as one statement that commits by itself, outside any session, where the backend writes that
+    way (`Database.alone`); elsewhere in a transaction of its own. What the events call for is published after it.
+
+    Nothing else can be written with it: the caller makes sure that none of `items` calls for a webhook or a trace
+    export (`allocation` matching no row where one would be due: `QUIET`, with the traces off). One that does
+    anyway raises, as a fault of the caller's, after the statement committed."""
+    if not db.backend.writes_alone:
+        async with db.transaction() as session:
+            return await append_events(
+                session, execution_id, items, allocation=allocation, parameters=parameters, companions=companions
+            )
+    bound = {"execution_id": execution_id, "count": len(items), **parameters}
+    async with db.alone() as alone:
+        written = await alone.backend.append_events_alone(
+            alone.connection, execution_id, items, allocation, bound, companions
+        )
+        if written is None:
+            return None
+        hint = WebhookHint(written.webhook_url, written.verdict_state)
+        if any(type_ in WEBHOOK_EVENT_TYPES for type_, _ in items) and (db.traces or not quiet(hint)):
+            raise RuntimeError(f"{execution_id}: events committed alone call for a webhook or a trace export")
+        return _queue(alone, [AddedEvent(**row) for row in written.rows])
 
 
 async def _announce(
@@ -310,6 +348,12 @@ async def _announce(
             await enqueue_for_event(session, event, hint)
             # The same events end a run or decide a review: their spans' outbox row commits with them too.
             queue_spans_for_event(session, event.execution_id, event.type, event.payload)
+    return _queue(session, events)
+
+
+def _queue(session: AsyncSession | Alone, events: list[AddedEvent]) -> list[AddedEvent]:
+    """Queue the events' publishing after commit."""
+    for event in events:
         message = event_message(event)
         publish_after_commit(session, execution_channel(event.execution_id), message)
         event_after_commit(session, message)

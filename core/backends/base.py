@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectStatement
 
@@ -57,6 +57,8 @@ class Backend(ABC):
     """What differs between the databases Vouch runs on. One instance per database (`core.backends`)."""
 
     name: str
+    # Whether a statement may run outside any session, committing by itself (`core.db.Database.alone`).
+    writes_alone: bool = False
 
     @abstractmethod
     def insert(self, table: Any) -> Insert:
@@ -140,6 +142,19 @@ class Backend(ABC):
     ) -> Appended | None:
         """Run `allocation` with `bound` and, when it matched, write `companions` and the events `items` with
         the seqs it gave; the event rows written (with the allocation's row), or None when it matched no row."""
+
+
+    async def append_events_alone(
+        self,
+        connection: AsyncConnection,
+        execution_id: str,
+        items: Sequence[tuple[str, Mapping[str, Any]]],
+        allocation: DirectStatement,
+        bound: dict[str, Any],
+        companions: Sequence[Companion],
+    ) -> Appended | None:
+        """`append_events` as one statement committing by itself on `connection` (`writes_alone`)."""
+        raise NotImplementedError(f"{self.name} writes in transactions only")
 
 
 def event_rows(

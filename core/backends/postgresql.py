@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from core._sqlalchemy_shortcuts import DirectStatement, run_direct
+from core._sqlalchemy_shortcuts import DirectStatement, run_alone, run_direct
 from core.backends.base import Appended, Backend, Companion, SelectT, Shape, companion_insert, event_rows
 from core.models import EVENTS, EXECUTIONS, UTCDateTime, utcnow
 from core.vocabulary import EventType
@@ -95,6 +96,7 @@ def _allocate_and_insert(allocation: DirectStatement, count: int, companions: tu
 
 class PostgresBackend(Backend):
     name = "postgresql"
+    writes_alone = True
 
     def insert(self, table: Any) -> postgresql.Insert:
         return postgresql.insert(table)
@@ -158,18 +160,45 @@ class PostgresBackend(Backend):
         companions: Sequence[Companion],
     ) -> Appended | None:
         # One statement, one round trip: the allocation, the rows and the companions together.
-        now = utcnow()
-        for n, (type_, payload) in enumerate(items):
-            bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
-        for i, companion in enumerate(companions):
-            bound.update({f"c{i}_{name}": value for name, value in companion.row.items()})
-        statement = _allocate_and_insert(allocation, len(items), tuple(companion.shape for companion in companions))
-        bound["at"] = now
+        statement, now = _appending(items, allocation, bound, companions)
         allocated = await run_direct(session, lambda cursor: cursor.execute(statement, bound))
-        if not allocated:
-            return None
-        last_seq, webhook_url, verdict_state = allocated[0]
-        return Appended(event_rows(execution_id, last_seq - len(items) + 1, items, now), webhook_url, verdict_state)
+        return _appended(execution_id, items, allocated, now)
+
+    async def append_events_alone(
+        self,
+        connection: AsyncConnection,
+        execution_id: str,
+        items: Sequence[tuple[str, Mapping[str, Any]]],
+        allocation: DirectStatement,
+        bound: dict[str, Any],
+        companions: Sequence[Companion],
+    ) -> Appended | None:
+        statement, now = _appending(items, allocation, bound, companions)
+        return _appended(execution_id, items, await run_alone(connection, statement, bound), now)
+
+
+def _appending(
+    items: Sequence[tuple[str, Mapping[str, Any]]],
+    allocation: DirectStatement,
+    bound: dict[str, Any],
+    companions: Sequence[Companion],
+) -> tuple[DirectStatement, datetime]:
+    """The statement that appends `items` with `companions`, its parameters added to `bound`, and its time."""
+    for n, (type_, payload) in enumerate(items):
+        bound[f"type_{n}"], bound[f"payload_{n}"] = type_, payload
+    for i, companion in enumerate(companions):
+        bound.update({f"c{i}_{name}": value for name, value in companion.row.items()})
+    bound["at"] = now = utcnow()
+    return _allocate_and_insert(allocation, len(items), tuple(companion.shape for companion in companions)), now
+
+
+def _appended(
+    execution_id: str, items: Sequence[tuple[str, Mapping[str, Any]]], allocated: list[tuple[Any, ...]], now: datetime
+) -> Appended | None:
+    if not allocated:
+        return None
+    last_seq, webhook_url, verdict_state = allocated[0]
+    return Appended(event_rows(execution_id, last_seq - len(items) + 1, items, now), webhook_url, verdict_state)
 
 
 POSTGRESQL = PostgresBackend()

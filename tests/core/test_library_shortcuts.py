@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import result as async_result
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from core._aiosqlite_shortcuts import LoopConnection, open_loop_connection
-from core._sqlalchemy_shortcuts import DirectStatement, InlineDBAPI, inline_connection, run_direct
+from core._sqlalchemy_shortcuts import DirectStatement, InlineDBAPI, inline_connection, run_alone, run_direct
 from core.bus import InProcessBus
 from core.db import Database
 from core.models import UTCDateTime
@@ -124,6 +124,34 @@ async def test_a_drivers_error_comes_out_as_sqlalchemys_class_for_it(notes_db: D
         "dbapi_base_err",
         "hide_parameters",
     ]
+
+
+async def test_a_statement_alone_commits_by_itself_on_the_driver_and_fails_as_sqlalchemy_would(
+    notes_db: Database,
+) -> None:
+    """PostgreSQL: `run_alone` awaits asyncpg on the pool's connection in autocommit (SQLAlchemy's raw connection,
+    its adapter's `autocommit` and `_handle_exception`); SQLite writes in transactions only."""
+    row = {"id": 1, "doc": {"a": [1, "b"]}, "at": AT, "kind": "k", "stamped": "s"}
+    insert = DirectStatement(sa.insert(NOTES).returning(NOTES.c.id))
+    if not notes_db.backend.writes_alone:
+        with pytest.raises(RuntimeError, match="transactions only"):
+            async with notes_db.alone():
+                pass
+        return
+    async with notes_db.alone() as alone:
+        assert await run_alone(alone.connection, insert, row) == [(1,)]
+        # Committed already: another connection sees it while this one is still out of the pool.
+        async with notes_db.reading() as session:
+            found = (await session.execute(sa.select(NOTES.c.doc, NOTES.c.at, NOTES.c.kind))).all()
+        assert [tuple(r) for r in found] == [({"a": [1, "b"]}, AT, "k")]
+        with pytest.raises(exc.IntegrityError) as raised:
+            await run_alone(alone.connection, insert, row)
+        assert isinstance(raised.value.orig, notes_db.engine.dialect.loaded_dbapi.Error)
+        # The connection goes on after the error: nothing was left open on it.
+        assert await run_alone(alone.connection, insert, {**row, "id": 2}) == [(2,)]
+    async with notes_db.engine.connect() as connection:  # in a transaction, as SQLAlchemy's connections are
+        with pytest.raises(ValueError, match="autocommit"):
+            await run_alone(connection, insert, {**row, "id": 3})
 
 
 # SQLAlchemy: the aiosqlite adapter
