@@ -14,14 +14,14 @@ from core import event_payloads as p
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import backend_of
 from core.backends.base import Companion as Companion
-from core.backends.base import event_rows
+from core.backends.base import Appended, event_rows
 from core.bus import execution_channel
 from core.db import Alone, Database, event_after_commit, publish_after_commit
 from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.trace_outbox import queue_spans_for_event
 from core.vocabulary import EventType
-from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, enqueue_for_event, quiet
+from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, announce_quiet, enqueue_for_event, quiet
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +239,7 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectState
         .where(columns.id == sa.bindparam("execution_id"), *where)
         .values(last_seq=columns.last_seq + sa.bindparam("count", type_=sa.Integer()), **values)
         # With the new last seq, what tells whether the events may call for a webhook (`enqueue_for_event`).
-        .returning(columns.last_seq, columns.webhook_url, columns.verdict_state)
+        .returning(columns.last_seq, columns.webhook_url, columns.verdict_state, columns.suite_id)
     )
 
 
@@ -281,7 +281,7 @@ async def _append_events(
     written = await backend_of(session).append_events(session, execution_id, items, allocation, bound, companions)
     if written is None:
         return None
-    return await _announce(session, written.rows, WebhookHint(written.webhook_url, written.verdict_state))
+    return await _announce(session, written.rows, _hint(written))
 
 
 async def add_numbered_events(
@@ -331,10 +331,17 @@ async def append_events_alone(
         )
         if written is None:
             return None
-        hint = WebhookHint(written.webhook_url, written.verdict_state)
-        if any(type_ in WEBHOOK_EVENT_TYPES for type_, _ in items) and (db.traces or not quiet(hint)):
-            raise RuntimeError(f"{execution_id}: events committed alone call for a webhook or a trace export")
-        return _queue(alone, [AddedEvent(**row) for row in written.rows])
+        events = [AddedEvent(**row) for row in written.rows]
+        for event in events:
+            if event.type in WEBHOOK_EVENT_TYPES:
+                if db.traces or not quiet(_hint(written)):
+                    raise RuntimeError(f"{execution_id}: events committed alone call for a webhook or a trace export")
+                announce_quiet(alone, event, _hint(written))
+        return _queue(alone, events)
+
+
+def _hint(written: Appended) -> WebhookHint:
+    return WebhookHint(written.webhook_url, written.verdict_state, written.suite_id)
 
 
 async def _announce(

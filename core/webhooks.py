@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.bus import CACHE_CHANNEL, SUITE_CHANNEL
-from core.db import publish_after_commit
+from core.db import Alone, publish_after_commit
 from core.errors import error_object
 from core.formatting import isoformat
 from core.ids import new_id
@@ -160,12 +160,24 @@ class WebhookHint(NamedTuple):
 
     webhook_url: str | None
     verdict_state: str | None
+    suite_id: str | None
 
 
 def quiet(hint: WebhookHint) -> bool:
     """Whether the execution, as `hint` has it, has no webhook and no verdict to wait for: its events call for
-    nothing to be written with them."""
+    nothing to be written with them (`announce_quiet` does the rest)."""
     return not hint.webhook_url and hint.verdict_state not in _AWAITED_VERDICT
+
+
+def announce_quiet(session: AsyncSession | Alone, event: AddedEvent, hint: WebhookHint) -> None:
+    """What an event of a `quiet` execution calls for: its suite's wake-up when it ends the run, no more."""
+    _suite_slot_freed(session, event.type, hint.suite_id)
+
+
+def _suite_slot_freed(session: AsyncSession | Alone, event_type: str, suite_id: str | None) -> None:
+    if event_type in FINAL_EVENTS and suite_id is not None:
+        # A slot of the key is free: its suites' pending runs may start (agents/suite_scheduler.py).
+        publish_after_commit(session, SUITE_CHANNEL, {"suiteId": suite_id})
 
 
 # `quiet`, as a condition on the execution's row.
@@ -186,6 +198,7 @@ async def enqueue_for_event(
     if event.type not in WEBHOOK_EVENT_TYPES:
         return None
     if hint is not None and quiet(hint):
+        announce_quiet(session, event, hint)
         return None
     row = await _facts(session, event.execution_id)
     if row is None:
@@ -193,9 +206,7 @@ async def enqueue_for_event(
     waits_for_verdict = row.verdict_state in _AWAITED_VERDICT
     if event.type in FINAL_EVENTS and waits_for_verdict:
         publish_after_commit(session, SCORING_CHANNEL, {"executionId": row.id})
-    if event.type in FINAL_EVENTS and row.suite_id is not None:
-        # A slot of the key is free: its suites' pending runs may start (agents/suite_scheduler.py).
-        publish_after_commit(session, SUITE_CHANNEL, {"suiteId": row.suite_id})
+    _suite_slot_freed(session, event.type, row.suite_id)
     if not row.webhook_url:
         return None
     if event.type == EventType.EXECUTION_SCORED or (event.type in FINAL_EVENTS and not waits_for_verdict):

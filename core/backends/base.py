@@ -45,12 +45,14 @@ class Companion:
 
 
 class Appended(NamedTuple):
-    """The event rows an allocation's batch wrote, and what the allocation's row said of the execution's webhook
-    (`seq_allocation` returns both): enough to know that no webhook is due without reading the row again."""
+    """The event rows an allocation's batch wrote, and what the allocation's row said of the execution's webhook,
+    verdict and suite (`seq_allocation` returns them): enough to know that nothing else is due without reading
+    the row again."""
 
     rows: list[dict[str, Any]]
     webhook_url: str | None
     verdict_state: str | None
+    suite_id: str | None
 
 
 class Backend(ABC):

@@ -197,8 +197,8 @@ def _appended(
 ) -> Appended | None:
     if not allocated:
         return None
-    last_seq, webhook_url, verdict_state = allocated[0]
-    return Appended(event_rows(execution_id, last_seq - len(items) + 1, items, now), webhook_url, verdict_state)
+    last_seq, *facts = allocated[0]
+    return Appended(event_rows(execution_id, last_seq - len(items) + 1, items, now), *facts)
 
 
 POSTGRESQL = PostgresBackend()

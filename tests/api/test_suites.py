@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from agents.suite_scheduler import schedule_suites
+from core.bus import SUITE_CHANNEL
 from core.models import Checkpoint, Decision, Event, Execution, SuiteRun, utcnow
 from core.vocabulary import ACTIVE
 from tests.api.helpers import CREATE, REVIEWER, account, assert_problem, task
@@ -189,6 +190,19 @@ async def test_runs_wait_for_the_keys_free_slots_and_cancel_stops_them(api_only:
     assert [(s["suiteId"], s["status"]) for s in listed["suites"]] == [
         (other[1]["suiteId"], "cancelled"), (created["suiteId"], "cancelled")
     ]  # fmt: skip
+
+
+async def test_a_run_that_ends_wakes_the_suites_scheduler_without_a_webhook_or_scorer(api_only: Service) -> None:
+    """Its end frees a slot of the key: the workers' scheduler hears of it at once (SUITE_CHANNEL), not at its next
+    poll, whether or not the run has a webhook or a verdict to wait for."""
+    me = await account(api_only, "owner@example.com", *ALL)
+    response, created = await post(api_only, me.key, suite())
+    assert response.status_code == 201, created
+    (run,) = await runs_of(api_only, me.key, created["suiteId"])
+    async with api_only.db.bus.subscribe(SUITE_CHANNEL) as heard:
+        answer = await api_only.client.post(f"/api/eval/executions/{run['executionId']}/cancel", headers=bearer(me.key))
+        assert answer.status_code == 200
+        assert await heard.get(timeout=30) == {"suiteId": created["suiteId"]}
 
 
 def wilson(passed: int, n: int) -> tuple[float, float]:
