@@ -359,11 +359,15 @@ async def _announce(
 
 
 def _queue(session: AsyncSession | Alone, events: list[AddedEvent]) -> list[AddedEvent]:
-    """Queue the events' publishing after commit."""
+    """Queue the events' publishing after commit: each to the event sinks (the chat's rooms), and the batch's last
+    on its execution's channel. That channel only tells its listeners to look again (the status cache, a wait for
+    a decision): one message a batch says it, where one per event was heard by every web process (issue 25)."""
+    message = None
     for event in events:
         message = event_message(event)
-        publish_after_commit(session, execution_channel(event.execution_id), message)
         event_after_commit(session, message)
+    if message is not None:
+        publish_after_commit(session, execution_channel(message["executionId"]), message)
     return events
 
 
