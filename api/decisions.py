@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from quart import Blueprint, request
@@ -12,6 +12,7 @@ from api.auth import current_caller, require_scope
 from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, GradeIn, parse_body
 from api.tasks import json_body
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.models import CHECKPOINTS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
 from core.web.services import db_session
@@ -21,8 +22,9 @@ from review.access import decider_rule, may_decide
 blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
 
 # The execution, the checkpoint named if it is one of the execution's, and whether the caller (`by`) may decide
-# it: the one rule (review/access.py), asked in the same statement.
-_DECIDING = (
+# it: the one rule (review/access.py), asked in the same statement. Sent straight to the driver
+# (core/_sqlalchemy_shortcuts.py): plain text and a flag come back.
+_DECIDING = DirectStatement(
     sa.select(
         EXECUTIONS.c.user_id,
         EXECUTIONS.c.assigned_reviewer,
@@ -83,6 +85,13 @@ async def grade(execution_id: str) -> tuple[dict[str, Any], int]:
     return await _decide(execution_id, checkpoint_id, read)
 
 
+class _Deciding(NamedTuple):
+    user_id: str
+    assigned_reviewer: str | None
+    checkpoint_id: str | None
+    may_decide: Any  # a boolean, or SQLite's 0 or 1
+
+
 # decision, comment, editedArgs, rating, labels
 _Answer = tuple[Literal["approve", "reject"], str, dict[str, Any] | None, int | None, list[str] | None]
 
@@ -96,7 +105,8 @@ async def _decide(
     session = db_session()
     # One Core statement for the execution, this checkpoint of it and the rule (issue 25: each was a statement).
     parameters = {"execution_id": execution_id, "checkpoint_id": checkpoint_id, "by": caller.email}
-    found = (await session.execute(_DECIDING, parameters)).first()
+    rows = await run_direct(session, lambda cursor: cursor.execute(_DECIDING, parameters))
+    found = _Deciding(*rows[0]) if rows else None
     if found is None:
         is_reviewer = False
     elif found.checkpoint_id is not None:

@@ -13,8 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core import event_payloads as p
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends import backend_of
-from core.backends.base import Companion as Companion
 from core.backends.base import Appended, event_rows
+from core.backends.base import Companion as Companion
 from core.bus import execution_channel
 from core.db import Alone, Database, event_after_commit, publish_after_commit
 from core.formatting import isoformat

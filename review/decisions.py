@@ -8,7 +8,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core._sqlalchemy_shortcuts import DirectStatement
+from core._sqlalchemy_shortcuts import DirectStatement, run_direct
 from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
@@ -68,6 +68,35 @@ def _allocation(person: bool, moves: bool) -> DirectStatement:
         worker_id=None,
         lease_until=None,
     )
+
+
+@functools.cache
+def _compare_and_set(asked: bool, proposed: bool) -> DirectStatement:
+    """The checkpoint's status moved `from_status` → `new_status` (at attempt `asked`, when the caller names one),
+    handing back its execution, attempt and origin, and with `proposed` its next action."""
+    checkpoints = CHECKPOINTS.c
+    where = [checkpoints.id == sa.bindparam("checkpoint_id"), checkpoints.status == sa.bindparam("from_status")]
+    if asked:
+        where.append(checkpoints.attempt == sa.bindparam("asked"))
+    against = (checkpoints.origin, *([checkpoints.next_action] if proposed else ()))
+    return DirectStatement(
+        sa.update(CHECKPOINTS)
+        .where(*where)
+        .values(status=sa.bindparam("new_status"))
+        .returning(checkpoints.execution_id, checkpoints.attempt, *against)
+    )
+
+
+def _won(session: AsyncSession, rows: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
+    """The compare-and-set's row, its next action (JSON, from the driver as text) decoded as SQLAlchemy would."""
+    if not rows:
+        return None
+    row = rows[0]
+    if len(row) < 4 or row[3] is None:
+        return row
+    dialect = session.get_bind().dialect
+    decode = CHECKPOINTS.c.next_action.type.dialect_impl(dialect).result_processor(dialect, None)
+    return (*row[:3], decode(row[3]) if decode is not None else row[3])
 
 
 # Why the allocation matched nothing: the execution's status, and whether the rule lets `by` decide.
@@ -164,21 +193,18 @@ async def decide(
     # Core statements on the tables throughout (built once where they can be): a decision is a handful of
     # statements, and the ORM's unit of work around them cost more than the database (issue 25).
     checkpoints = CHECKPOINTS.c
-    where = [checkpoints.id == checkpoint_id, checkpoints.status == from_status]
-    if attempt is not None:
-        where.append(checkpoints.attempt == attempt)
     # What the answer is checked against (the origin: a grade needs no comment; the proposed call: the edits)
     # comes back from the compare-and-set itself: no read before it. An answer refused by those checks raises
     # before anything else is decided, and the caller's rollback undoes the compare-and-set, as for NotReviewer.
     against = (checkpoints.origin, *([checkpoints.next_action] if edited_args is not None else ()))
-    won = (
-        await session.execute(
-            sa.update(CHECKPOINTS)
-            .where(*where)
-            .values(status=new_status)
-            .returning(checkpoints.execution_id, checkpoints.attempt, *against)
-        )
-    ).first()
+    swap = _compare_and_set(attempt is not None, edited_args is not None)
+    swapped = {"checkpoint_id": checkpoint_id, "from_status": from_status, "new_status": new_status, "asked": attempt}
+    if attempt is None:
+        del swapped["asked"]
+    # Sent to the driver as it stands: what the session holds unwritten (a checkpoint the worker made just now and
+    # passes at once) is written first, as `Session.execute` would.
+    await session.flush()
+    won = _won(session, await run_direct(session, lambda cursor: cursor.execute(swap, swapped)))
     if won is None:
         # Lost, or nothing to win: the answer is checked first all the same, so a malformed one is told so
         # whatever the checkpoint's state, as before the compare-and-set.
