@@ -8,6 +8,8 @@ once per dialect and set of columns, its parameters go through the same bind pro
 (JSON, aware datetimes), and `run_direct` runs a batch of them on a DBAPI cursor of the session's own connection:
 the same SQL, values and transaction, without the layers between. On SQLite, inside a write transaction, that is
 the sqlite3 cursor itself, called synchronously; elsewhere, SQLAlchemy's adapted cursor in one greenlet.
+`run_alone` runs one outside any session, on a connection in autocommit, through SQLAlchemy's public
+`exec_driver_sql` (Database.alone: a PostgreSQL step that is one statement).
 For Core statements whose values are all given: a column with a Python-side default or onupdate that the caller
 leaves out would be filled in by SQLAlchemy's execution context, which this skips, so it is refused.
 

@@ -314,16 +314,11 @@ async def append_events_alone(
     companions: Sequence[Companion] = (),
 ) -> list[AddedEvent] | None:
     """`append_events` as one statement that commits by itself, outside any session, where the backend writes that
-    way (`Database.alone`); elsewhere in a transaction of its own. What the events call for is published after it.
+    way (`Database.alone`: RuntimeError elsewhere). What the events call for is published after it.
 
     Nothing else can be written with it: the caller makes sure that none of `items` calls for a webhook or a trace
     export (`allocation` matching no row where one would be due: `QUIET`, with the traces off). One that does
     anyway raises, as a fault of the caller's, after the statement committed."""
-    if not db.backend.writes_alone:
-        async with db.transaction() as session:
-            return await append_events(
-                session, execution_id, items, allocation=allocation, parameters=parameters, companions=companions
-            )
     bound = {"execution_id": execution_id, "count": len(items), **parameters}
     async with db.alone() as alone:
         written = await alone.backend.append_events_alone(

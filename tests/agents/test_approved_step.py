@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from agents.runner import ExecutionRunner
 from core.db import Database
-from core.models import Execution, utcnow
+from core.models import Execution, WebhookDelivery, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel
 from review import decide
@@ -106,3 +106,33 @@ async def test_an_approved_last_step_ends_the_run_with_every_step_in_its_result(
     assert done.types[-4:] == ["execution.resumed", "tool.result", "agent.message", "execution.completed"]
     assert done.payloads("agent.message")[-1]["text"] == done.execution.result["summary"]
     assert_contiguous(done)
+
+
+async def test_an_approved_last_step_of_a_run_with_a_webhook_queues_its_completion_once(
+    db: Database, settings: Settings
+) -> None:
+    """The end written with the step (alone, on PostgreSQL) is only for a run whose end calls for nothing else: with
+    a webhook the step is recorded first and the end, with its outbox row, follows; one completion either way."""
+    exe = await new_execution(
+        db,
+        settings,
+        NOTE,
+        checkpoints=[BEFORE_WRITING],
+        test_mode="with-verification",
+        webhookUrl="https://hooks.example.com/vouch",
+    )
+    await claim_and_run(db, settings)
+    await approve_waiting(db, exe)
+    await claim_and_run(db, settings)
+    done = await snapshot(db, exe)
+    assert done.execution.status == "completed"
+    assert [(f.path, f.content) for f in done.files] == [("a.md", "hello")]
+    assert done.types.count("execution.completed") == 1
+    assert_contiguous(done)
+    async with db.reading() as session:
+        queued = (
+            await session.execute(
+                sa.select(WebhookDelivery.event_type, WebhookDelivery.url).where(WebhookDelivery.execution_id == exe)
+            )
+        ).all()
+    assert [tuple(row) for row in queued] == [("execution.completed", "https://hooks.example.com/vouch")]

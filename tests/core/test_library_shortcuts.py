@@ -126,11 +126,9 @@ async def test_a_drivers_error_comes_out_as_sqlalchemys_class_for_it(notes_db: D
     ]
 
 
-async def test_a_statement_alone_commits_by_itself_on_the_driver_and_fails_as_sqlalchemy_would(
-    notes_db: Database,
-) -> None:
-    """PostgreSQL: `run_alone` awaits asyncpg on the pool's connection in autocommit (SQLAlchemy's raw connection,
-    its adapter's `autocommit` and `_handle_exception`); SQLite writes in transactions only."""
+async def test_a_statement_alone_commits_by_itself_and_fails_as_sqlalchemy_would(notes_db: Database) -> None:
+    """PostgreSQL: `run_alone` runs a direct statement's SQL and values on a connection in autocommit
+    (`exec_driver_sql`); SQLite writes in transactions only."""
     row = {"id": 1, "doc": {"a": [1, "b"]}, "at": AT, "kind": "k", "stamped": "s"}
     insert = DirectStatement(sa.insert(NOTES).returning(NOTES.c.id))
     if not notes_db.backend.writes_alone:
