@@ -22,6 +22,7 @@ import { pageSocket, whenConnected } from "./page-socket.js";
   let socket = null;
   let joining = false;
   let denied = false;
+  let waitingDecision = null; // {form, decision}: asked for before the page had joined (`requestDecision`)
   let joinAgain = false;
   let gapTimer = null;
   let unseen = 0;
@@ -138,6 +139,7 @@ import { pageSocket, whenConnected } from "./page-socket.js";
       applyState(answer.state);
       view.refreshCards();
       root.dataset.joined = "true";
+      sendWaitingDecision();
       if (answer.more || joinAgain) {
         joinAgain = false;
         join();
@@ -160,6 +162,25 @@ import { pageSocket, whenConnected } from "./page-socket.js";
       }
     });
     return Object.keys(edited).length ? edited : null;
+  }
+
+  // An answer given before the page was connected (the buttons are there as soon as the page is): sent once the
+  // page has joined, if its card still asks for it, never dropped without a word.
+  function requestDecision(form, decision) {
+    if (socket && socket.connected && root.dataset.joined === "true") {
+      decide(form, decision);
+      return;
+    }
+    waitingDecision = { form, decision };
+    view.setConn("connecting", "Connecting… your answer goes as soon as the page is connected");
+  }
+
+  function sendWaitingDecision() {
+    const waiting = waitingDecision;
+    waitingDecision = null;
+    if (waiting && waiting.form.isConnected && !waiting.form.hidden) {
+      decide(waiting.form, waiting.decision);
+    }
   }
 
   function decide(form, decision) {
@@ -273,8 +294,8 @@ import { pageSocket, whenConnected } from "./page-socket.js";
     }
     event.preventDefault();
     const decision = event.submitter ? event.submitter.value : null;
-    if ((decision === "approve" || decision === "reject") && socket && socket.connected) {
-      decide(form, decision);
+    if (decision === "approve" || decision === "reject") {
+      requestDecision(form, decision);
     }
   });
   // Keys on a focused card that waits for this reader: a approves, r opens the comment to say why it is rejected
@@ -284,9 +305,9 @@ import { pageSocket, whenConnected } from "./page-socket.js";
     if (!article || event.ctrlKey || event.metaKey || event.altKey) {
       if (article && event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.name === "comment") {
         const form = event.target.form;
-        if (form.dataset.intent === "reject" && socket && socket.connected) {
+        if (form.dataset.intent === "reject") {
           event.preventDefault();
-          decide(form, "reject");
+          requestDecision(form, "reject");
         }
       }
       return;
@@ -298,9 +319,9 @@ import { pageSocket, whenConnected } from "./page-socket.js";
     if (!form || form.hidden) {
       return;
     }
-    if (event.key === "a" && socket && socket.connected) {
+    if (event.key === "a") {
       event.preventDefault();
-      decide(form, "approve");
+      requestDecision(form, "approve");
     } else if (event.key === "r") {
       event.preventDefault();
       form.dataset.intent = "reject";

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from playwright.async_api import Browser, BrowserContext, Dialog, Page, async_playwright
+from playwright.async_api import Browser, BrowserContext, Dialog, Page, WebSocketRoute, async_playwright
 
 from agents.worker import Worker
 from chat.fanout import WorkerEmitter
@@ -352,3 +352,38 @@ async def test_a_hostile_task_name_and_text_render_as_text(
         await page.reload()
         await page.wait_for_selector("#chat[data-joined=true]", state="attached")
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+async def test_an_approval_clicked_before_the_page_is_connected_is_sent_once_it_is(
+    browser: Browser, embedded: str, db: Database, web_settings: Settings
+) -> None:
+    """The card's buttons are there as the page loads, before its socket connects (a slow network, a loaded
+    server): a click then waits for the connection instead of doing nothing."""
+    account = await make_account(db, web_settings, "owner@example.com")
+    checkpoint = {"stage": "Send", "description": "The release mail", "verificationQuestion": "Send it to ops?"}
+    created = await create_task(
+        embedded, account.key, testMode="with-verification", assignedReviewer=REVIEWER, checkpoints=[checkpoint]
+    )
+    context = await reviewer_context(browser, db, web_settings, embedded)
+    page = await context.new_page()
+    page.set_default_timeout(20_000)
+    released = asyncio.Event()
+
+    async def held(route: WebSocketRoute) -> None:
+        await released.wait()
+        route.connect_to_server()
+
+    await page.route_web_socket(re.compile(r".*/socket\.io/.*"), held)
+    await page.goto(f"{embedded}/chat/{created['executionId']}")
+    form = page.locator("form.cp-form")
+    await form.wait_for(state="visible")
+    await form.locator("button[value=approve]").click()
+    assert await page.get_attribute("#chat", "data-joined") is None  # the click came before any connection
+    released.set()
+    await page.wait_for_selector(".checkpoint.state-approved")
+    await page.wait_for_selector(".outcome-card.status-completed")
+    async with db.reading() as session:
+        decisions = (
+            await session.scalars(sa.select(Decision.via).where(Decision.execution_id == created["executionId"]))
+        ).all()
+    assert decisions == ["chat"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import redis.asyncio as aioredis
 
-from core.bus import WAKE_CHANNEL
 from core.settings import Settings
 from tests.support.live import HTTP_TIMEOUT
 from tests.support.ports import free_port
@@ -72,28 +72,30 @@ async def test_separate_web_and_worker_processes_meet_through_redis(settings: Se
     ).stdout.strip()
     # A poll far longer than the test's patience: only the Redis wake-up can make the run finish in time.
     extra = {"VOUCH_REDIS_URL": "redis://127.0.0.1:6379/0", "VOUCH_WORKER_POLL_SECONDS": "60"}
+    # The worker's connections carry a name of their own: Redis's clients are every test's at once (pub/sub knows
+    # no databases), so only that name tells this worker's subscription from the others'.
+    worker_name = f"vouch-e2e-worker-{uuid.uuid4().hex}"
+    worker_extra = {**extra, "VOUCH_REDIS_URL": f"{extra['VOUCH_REDIS_URL']}?client_name={worker_name}"}
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "web.log"
     redis = aioredis.Redis.from_url(extra["VOUCH_REDIS_URL"])
 
-    async def wake_listeners() -> int:
-        # Workers listen by pattern, which PUBSUB NUMSUB does not count; a publish answers how many heard it.
-        # A wake-up naming nothing asks a worker only to search for runnable executions (there are none yet).
-        return int(await redis.publish(WAKE_CHANNEL, "{}"))
+    async def worker_listening() -> bool | None:
+        # Workers listen by pattern (PSUBSCRIBE), which PUBSUB NUMSUB does not count: CLIENT LIST shows it.
+        clients = await redis.client_list()
+        subscribed = [c for c in clients if c.get("name") == worker_name and int(c.get("psub", 0)) > 0]
+        return True if subscribed else None
 
-    before = await wake_listeners()
-    with (
-        running_worker(settings, "worker", **extra),
-        running([VOUCH, "web", "--port", str(port)], vouch_env(settings, **extra), log_path) as web,
-    ):
-        await wait_until_healthy(base, web, log_path)
-
-        async def worker_listening() -> bool | None:
-            return True if await wake_listeners() > before else None
-
-        await until(worker_listening, timeout=20)
+    try:
+        with (
+            running_worker(settings, "worker", **worker_extra),
+            running([VOUCH, "web", "--port", str(port)], vouch_env(settings, **extra), log_path) as web,
+        ):
+            await wait_until_healthy(base, web, log_path)
+            await until(worker_listening, timeout=20)
+            done = await _run_to_completion(base, key)
+    finally:
         await redis.aclose()
-        done = await _run_to_completion(base, key)
     assert done["status"] == "completed", done
     assert done["metrics"]["steps"] == 3
