@@ -238,7 +238,8 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectState
         sa.update(EXECUTIONS)
         .where(columns.id == sa.bindparam("execution_id"), *where)
         .values(last_seq=columns.last_seq + sa.bindparam("count", type_=sa.Integer()), **values)
-        # With the new last seq, what tells whether the events may call for a webhook (`enqueue_for_event`).
+        # With the new last seq, what tells whether the events may call for a webhook, or end a suite's run
+        # (`enqueue_for_event`).
         .returning(columns.last_seq, columns.webhook_url, columns.verdict_state, columns.suite_id)
     )
 
