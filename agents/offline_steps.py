@@ -105,26 +105,12 @@ class OfflineDriver:
             if not self._began_here:
                 call = await self._begun_call(session, cursor, claimed)
             if call is None and not self._needs_review(step) and not TOOLS[step["tool"]].performs_outside:
-                # The common step: one transaction, fenced by the statement that also saves the progress.
-                self._began_here = True
-                said: AgentMessage = {"text": offline.step_message(step)}
-                message: TypedEvent = (EventType.AGENT_MESSAGE, said)
-                await tool_calls.run_in_place(
-                    runner,
-                    session,
-                    state,
-                    InPlaceStep(cursor, step["tool"], step["args"], before=(message,)),
-                    self._advanced(state, cursor),
-                )
-                return True
+                return await self._common_step(session, state, cursor, step)
             if call is not None and call.status == "proposed" and self._in_place(call):
                 # The call its checkpoint let through, needing no gate and working only in our database: recorded
                 # by the step's one statement, which the claim fences (and, the last step, ends the run with it).
                 # Nothing else is written before it: the fence of its own, below, would only cost a round trip.
-                self._began_here = True
-                return not await tool_calls.run_begun_in_place(
-                    runner, session, state, call, self._advanced(state, cursor), self._ending(session, state, call)
-                )
+                return await self._begun_step(session, state, cursor, call)
             await runner.fence(session)
             fresh = call is None
             if call is None:
@@ -148,9 +134,7 @@ class OfflineDriver:
             self._began_here = True  # from here on this claim makes every call it meets
             if not TOOLS[call.tool].performs_outside:
                 # Nothing done outside the database: the call runs and is recorded in this transaction.
-                return not await tool_calls.run_begun_in_place(
-                    runner, session, state, call, self._advanced(state, cursor), self._ending(session, state, call)
-                )
+                return await self._begun_step(session, state, cursor, call)
             await tool_calls.start_call(session, call)
 
         await tool_calls.run_call(runner, state, call, self._advanced(state, cursor))
@@ -167,21 +151,35 @@ class OfflineDriver:
         step = plan[cursor]
         if self._needs_review(step) or not tool_calls.alone_in_place(step["tool"], step["args"]):
             return None
-        runner = self.runner
         if self._began_here:
-            said: AgentMessage = {"text": offline.step_message(step)}
-            before: tuple[TypedEvent, ...] = ((EventType.AGENT_MESSAGE, said),)
-            step_of = InPlaceStep(cursor, step["tool"], step["args"], before=before)
-            await tool_calls.run_in_place(runner, None, state, step_of, self._advanced(state, cursor))
-            return True
+            return await self._common_step(None, state, cursor, step)
         call = claimed.call if claimed is not None and claimed.cursor == cursor else None
         if call is None or call.status != "proposed" or not self._in_place(call):
             return None
         if not tool_calls.alone_in_place(call.tool, call.args):
             return None
+        return await self._begun_step(None, state, cursor, call)
+
+    async def _common_step(
+        self, session: AsyncSession | None, state: dict[str, Any], cursor: int, step: dict[str, Any]
+    ) -> bool:
+        """The common step: one statement, fenced by the claim, that also saves the progress (in `session`, or
+        committing by itself)."""
+        self._began_here = True
+        said: AgentMessage = {"text": offline.step_message(step)}
+        message: TypedEvent = (EventType.AGENT_MESSAGE, said)
+        step_of = InPlaceStep(cursor, step["tool"], step["args"], before=(message,))
+        await tool_calls.run_in_place(self.runner, session, state, step_of, self._advanced(state, cursor))
+        return True
+
+    async def _begun_step(
+        self, session: AsyncSession | None, state: dict[str, Any], cursor: int, call: ToolCall
+    ) -> bool:
+        """The step of `call`, on record and let through, working only in our database: its record (and, the last
+        step, the run's end) in `session`, or committing by itself. False once the run ended."""
         self._began_here = True
         return not await tool_calls.run_begun_in_place(
-            runner, None, state, call, self._advanced(state, cursor), self._ending(None, state, call)
+            self.runner, session, state, call, self._advanced(state, cursor), self._ending(session, state, call)
         )
 
     def _due_without_reading(self, gates: list[int], cursor: int) -> bool | None:

@@ -306,7 +306,7 @@ async def _append(
 
 def alone_in_place(tool: str, args: dict[str, Any]) -> bool:
     """Whether a call of `tool` with `args` is one row written by its step's statement (`Tool.single_write`): its
-    step can then be that statement alone, outside any session (`run_alone`, `run_begun_in_place`)."""
+    step can then be that statement alone, outside any session (`run_in_place`, `run_begun_in_place`)."""
     return TOOLS[tool].single_write("", args, utcnow()) is not None
 
 

@@ -21,7 +21,7 @@ from core.formatting import isoformat
 from core.models import EXECUTIONS, Event
 from core.trace_outbox import queue_spans_for_event
 from core.vocabulary import EventType
-from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, announce_quiet, enqueue_for_event, quiet
+from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, enqueue_for_event, quiet, suite_slot_freed
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +332,7 @@ async def append_events_alone(
             if event.type in WEBHOOK_EVENT_TYPES:
                 if db.traces or not quiet(_hint(written)):
                     raise RuntimeError(f"{execution_id}: events committed alone call for a webhook or a trace export")
-                announce_quiet(alone, event, _hint(written))
+                suite_slot_freed(alone, event.type, written.suite_id)
         return _queue(alone, events)
 
 

@@ -165,16 +165,12 @@ class WebhookHint(NamedTuple):
 
 def quiet(hint: WebhookHint) -> bool:
     """Whether the execution, as `hint` has it, has no webhook and no verdict to wait for: its events call for
-    nothing to be written with them (`announce_quiet` does the rest)."""
+    nothing to be written with them, only its suite's wake-up when one ends the run (`suite_slot_freed`)."""
     return not hint.webhook_url and hint.verdict_state not in _AWAITED_VERDICT
 
 
-def announce_quiet(session: AsyncSession | Alone, event: AddedEvent, hint: WebhookHint) -> None:
-    """What an event of a `quiet` execution calls for: its suite's wake-up when it ends the run, no more."""
-    _suite_slot_freed(session, event.type, hint.suite_id)
-
-
-def _suite_slot_freed(session: AsyncSession | Alone, event_type: str, suite_id: str | None) -> None:
+def suite_slot_freed(session: AsyncSession | Alone, event_type: str, suite_id: str | None) -> None:
+    """After an event that ends a suite's run, its scheduler's wake-up."""
     if event_type in FINAL_EVENTS and suite_id is not None:
         # A slot of the key is free: its suites' pending runs may start (agents/suite_scheduler.py).
         publish_after_commit(session, SUITE_CHANNEL, {"suiteId": suite_id})
@@ -198,7 +194,7 @@ async def enqueue_for_event(
     if event.type not in WEBHOOK_EVENT_TYPES:
         return None
     if hint is not None and quiet(hint):
-        announce_quiet(session, event, hint)
+        suite_slot_freed(session, event.type, hint.suite_id)
         return None
     row = await _facts(session, event.execution_id)
     if row is None:
@@ -206,7 +202,7 @@ async def enqueue_for_event(
     waits_for_verdict = row.verdict_state in _AWAITED_VERDICT
     if event.type in FINAL_EVENTS and waits_for_verdict:
         publish_after_commit(session, SCORING_CHANNEL, {"executionId": row.id})
-    _suite_slot_freed(session, event.type, row.suite_id)
+    suite_slot_freed(session, event.type, row.suite_id)
     if not row.webhook_url:
         return None
     if event.type == EventType.EXECUTION_SCORED or (event.type in FINAL_EVENTS and not waits_for_verdict):
