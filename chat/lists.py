@@ -2,7 +2,7 @@
 
 Every event a web process delivers passes its Socket.IO manager (chat/_socketio_shortcuts.py), whether it was
 committed here or arrived through Redis from a worker. Those that move an execution between lists (created,
-started, waiting for review, decided, ended, reassigned) are heard here; once per turn the executions concerned
+started, waiting for review, decided, ended, scored, reassigned) are heard here; once per turn the executions concerned
 are looked up, and a ping without content goes to the rooms of their owner and their reviewers. The page then
 fetches itself again over HTTP, with its own session: what anyone sees is what the page would show them, under the
 page's own authorisation, and the ping says nothing but "something of yours changed".
@@ -36,6 +36,8 @@ MOVES_BETWEEN_LISTS = frozenset(
         EventType.CHECKPOINT_DECIDED,
         EventType.REVIEW_ESCALATED,
         *ENDING_EVENTS,
+        # A run with scorers is finished for its suite only once scored: its verdict is the last change there.
+        EventType.EXECUTION_SCORED,
     }
 )
 
