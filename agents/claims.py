@@ -8,7 +8,6 @@ worker is claiming; SQLite serialises writers with BEGIN IMMEDIATE, so a single 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -21,9 +20,10 @@ from core._sqlalchemy_shortcuts import DirectStatement, run_alone, run_direct
 from core.backends import Backend
 from core.db import Alone, Database, commits_alone, one_of
 from core.event_payloads import ExecutionClaimed, TypedEvent
-from core.events import add_numbered_events
-from core.model_profiles import EXTERNAL
-from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, TOOL_CALLS, ToolCall, UTCDateTime, utcnow
+from core.events import add_numbered_events, seq_allocation
+from core.model_profiles import EXTERNAL, OFFLINE
+from core.models import EXECUTIONS, UTCDateTime, utcnow
+from core.run_entry import ENTRY_RETURNING, Entry, Resume, entry_of
 from core.vocabulary import EventType
 
 RUNNABLE = ("queued", "running")
@@ -33,28 +33,9 @@ class LeaseLost(Exception):
     """Another worker holds this execution now, or it left the running state."""
 
 
-@dataclass(frozen=True)
-class StepCall:
-    """The call opened for the step at the offline agent's cursor (at its checkpoint, or by a worker that died), as
-    the claim found it: `call` is None when the step has none yet."""
-
-    cursor: int
-    call: ToolCall | None
-
-
-@dataclass(frozen=True)
-class Entry:
-    """What the runner needs to go on, handed back by the claim's own statement: the agent's state (None before
-    the first claim made it) and the run's mode."""
-
-    state: dict[str, Any] | None
-    test_mode: str
-    auto_detect_checkpoints: bool
-    # How many of the caller's checkpoints wait to be passed (status pending), counted by the claim.
-    caller_pending: int
-    # The call of the step the run goes on with, when the claim could tell: None when the state has no cursor (not
-    # the offline agent's, or not made yet) or when approvals edited the call's arguments (`take_edits` reads them).
-    step_call: StepCall | None = None
+class NotTakenOver(LeaseLost):
+    """A claim to be taken over by the run's first step (`Claim.resume`) was not: the row moved on since the
+    decision, or the step needs more than one statement. Nothing was written; the run is claimed as usual."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +44,22 @@ class Claim:
     epoch: int
     # Not part of what a claim is (two claims of one epoch are the same claim): what the runner starts from.
     entry: Entry | None = field(default=None, compare=False)
+    # Set on a claim not made yet: the run's first step makes it, in its own statement (`taking_over`), while the
+    # row still has the epoch and seq the decision that let the run go on left it with.
+    resume: Resume | None = field(default=None, compare=False)
+
+    def taken(self) -> Claim:
+        """This claim once its first step took it over."""
+        return Claim(self.execution_id, self.epoch, self.entry)
+
+
+def claim_to_take_over(execution_id: str, resume: Resume) -> Claim | None:
+    """The claim a wake-up's hint lets the run's first step take over (`taking_over`): only the offline agent's run
+    (whose step the driver can tell from its state alone), on the backend where a step is one statement."""
+    state = resume.entry.state
+    if state is None or state.get("agent") != OFFLINE or resume.entry.step_call is None:
+        return None
+    return Claim(execution_id, resume.epoch + 1, resume.entry, resume)
 
 
 # A claim is still the execution's: the conditions every write of a run is fenced by, with bind parameters
@@ -97,104 +94,46 @@ def _claiming(which: sa.ColumnElement[bool]) -> sa.Update:
             started_at=sa.func.coalesce(columns.started_at, sa.bindparam("now", type_=UTCDateTime())),
             last_seq=columns.last_seq + 1,  # the seq of the claim's own event
         )
-        .returning(columns.id, columns.lease_epoch, columns.last_seq, *_RETURNING)
+        # After (id, lease_epoch, last_seq), what the runner needs to go on: its re-entry needs no statement of its
+        # own, and a run whose caller checkpoints are all passed (the usual resume) no read of them either.
+        .returning(columns.id, columns.lease_epoch, columns.last_seq, *ENTRY_RETURNING)
     )
 
 
-# Returned by the claim after (id, lease_epoch, last_seq): the runner's re-entry needs no statement of its own,
-# and a run whose caller checkpoints are all passed (the usual resume) no read of them either.
-_CALLER_PENDING = (
-    sa.select(sa.func.count())
-    .select_from(CHECKPOINTS)
-    .where(
-        # Spelled out: SQLite's RETURNING is rendered without table names, and a bare `id` in the subquery would
-        # name the checkpoint's.
-        sa.literal_column("checkpoints.execution_id") == sa.literal_column("executions.id"),
-        sa.literal_column("checkpoints.status") == "pending",
-        sa.literal_column("checkpoints.origin") == "caller",
+# Fenced allocation -> the same allocation taking the claim over (`fenced_allocation`).
+_TAKING_OVER: dict[DirectStatement, DirectStatement] = {}
+
+
+def fenced_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectStatement:
+    """`seq_allocation` fenced by the claim (CLAIM_HOLDS, its parameters `ExecutionRunner.fenced`'s), with, for a
+    claim's first step to take the claim over (`taking_over`), the same statement claiming the row instead: where it
+    is runnable and still has the lease epoch and last seq the decision left it with (parameters `seen_epoch`,
+    `seen_seq`, `now`), it becomes the claim's (`claim_epoch`, `claim_worker`, lease until `renewed_until`)."""
+    columns = EXECUTIONS.c
+    fenced = seq_allocation(*CLAIM_HOLDS, *where, **values)
+    taken = {
+        "status": "running",
+        "worker_id": sa.bindparam("claim_worker"),
+        "lease_epoch": sa.bindparam("claim_epoch", type_=sa.Integer()),
+        "lease_until": sa.bindparam("renewed_until"),
+    }
+    _TAKING_OVER[fenced] = seq_allocation(
+        *_runnable(),
+        columns.lease_epoch == sa.bindparam("seen_epoch", type_=sa.Integer()),
+        columns.last_seq == sa.bindparam("seen_seq", type_=sa.Integer()),
+        *where,
+        **{**taken, **values},
     )
-    .scalar_subquery()
-    .label("caller_pending")
-)
-_ENTRY_COLUMNS = (EXECUTIONS.c.agent_state, EXECUTIONS.c.test_mode, EXECUTIONS.c.auto_detect_checkpoints)
+    return fenced
 
 
-def _named(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
-    """`column` spelled out with its table's name: SQLite renders the RETURNING clause's columns without table
-    names, its subqueries' conditions included, where `execution_id` could then name either of two tables."""
-    return sa.literal_column(f"{column.table.name}.{column.name}", column.type)
-
-
-# The step the offline agent takes next (agents/offline.py keeps it in its state as `cursor`); NULL in any other
-# agent's state, which then finds no call below.
-_CURSOR = _named(EXECUTIONS.c.agent_state)["cursor"].as_integer()
-_AT_CURSOR = (
-    _named(TOOL_CALLS.c.execution_id) == _named(EXECUTIONS.c.id),
-    _named(TOOL_CALLS.c.step_index) == _CURSOR,
-)
-# The call opened for that step, if any: after an approval, the call it let through. Returned by the claim, so
-# that the step after an approval reads nothing before its own statement (issue 25). A scalar subquery per
-# column: SQLite's UPDATE … RETURNING can join nothing, and each is one lookup in the (execution_id, step_index) key.
-# A call at the cursor is never finished (its record saves the step's progress with it): no result, error or
-# finish time to hand back.
-_STEP_CALL_COLUMNS = (
-    TOOL_CALLS.c.id,
-    TOOL_CALLS.c.tool,
-    TOOL_CALLS.c.args,
-    TOOL_CALLS.c.provider_call_id,
-    TOOL_CALLS.c.proposed_args,
-    TOOL_CALLS.c.status,
-    TOOL_CALLS.c.started_at,
-)
-_STEP_CALL = tuple(
-    sa.select(column).where(*_AT_CURSOR).scalar_subquery().label(f"step_call_{column.name}")
-    for column in _STEP_CALL_COLUMNS
-)
-# Whether an approval edited that call's arguments: then `take_edits` reads the edits with the call, as before.
-_STEP_EDITED = (
-    sa.exists()
-    .select_from(DECISIONS, CHECKPOINTS, TOOL_CALLS)
-    .where(
-        # The execution first: its (execution_id, position) key is the index this lookup runs on.
-        _named(CHECKPOINTS.c.execution_id) == _named(EXECUTIONS.c.id),
-        _named(CHECKPOINTS.c.tool_call_id) == _named(TOOL_CALLS.c.id),
-        _named(DECISIONS.c.checkpoint_id) == _named(CHECKPOINTS.c.id),
-        _named(DECISIONS.c.attempt) == _named(CHECKPOINTS.c.attempt),
-        _named(DECISIONS.c.decision) == "approve",
-        # A decision without edits may hold JSON null rather than SQL NULL (as `take_edits` knows): not an edit.
-        sa.cast(_named(DECISIONS.c.edited_args), sa.Text()) != "null",
-        *_AT_CURSOR,
-    )
-    .label("step_edited")
-)
-# What the claim returns after (id, lease_epoch, last_seq), and those columns' types (for their result processors).
-_RETURNING = (*_ENTRY_COLUMNS, _CALLER_PENDING, _STEP_EDITED, *_STEP_CALL)
-_RETURNED = (*_ENTRY_COLUMNS, _CALLER_PENDING, _STEP_EDITED, *_STEP_CALL_COLUMNS)
-
-
-@functools.cache
-def _processors(dialect: Dialect) -> tuple[Callable[[Any], Any] | None, ...]:
-    """The result processors SQLAlchemy would apply to the returned columns (JSON, booleans, aware datetimes): the
-    claim's rows come from the driver directly (core/_sqlalchemy_shortcuts.py)."""
-    return tuple(column.type.dialect_impl(dialect).result_processor(dialect, None) for column in _RETURNED)
-
-
-def _entry(dialect: Dialect, execution_id: str, raw: tuple[Any, ...]) -> Entry:
-    stored, test_mode, auto, caller_pending, edited, *call = (
-        value if process is None or value is None else process(value)
-        for process, value in zip(_processors(dialect), raw, strict=True)
-    )
-    state = None if stored is None else dict(stored)
-    cursor = None if state is None else state.get("cursor")
-    step_call = None
-    if isinstance(cursor, int) and not edited:
-        found = None
-        if call[0] is not None:
-            # Not loaded into any session: the runner's statements write the call's row (agents/tool_calls.py).
-            values = {column.key: value for column, value in zip(_STEP_CALL_COLUMNS, call, strict=True)}
-            found = ToolCall(execution_id=execution_id, step_index=cursor, **values)
-        step_call = StepCall(cursor, found)
-    return Entry(state, test_mode, bool(auto), int(caller_pending), step_call)
+def taking_over(allocation: DirectStatement, claim: Claim) -> tuple[DirectStatement, dict[str, Any]]:
+    """For the first step of a claim to take over (`Claim.resume`), `allocation` (made by `fenced_allocation`) as
+    the statement that claims the row too, and the parameters it takes beside the fenced one's."""
+    resume = claim.resume
+    if resume is None:
+        raise ValueError("the claim is already held")
+    return _TAKING_OVER[allocation], {"seen_epoch": resume.epoch, "seen_seq": resume.seq, "now": utcnow()}
 
 
 def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
@@ -258,7 +197,7 @@ async def _claimed(
     if not rows:
         return None
     row = rows[0]
-    claim = Claim(row[0], row[1], _entry(dialect, row[0], row[3:]))
+    claim = Claim(row[0], row[1], entry_of(dialect, row[0], row[3:]))
     started: list[TypedEvent] = [
         (EventType.EXECUTION_STARTED, payload) if claim.epoch == 1 else (EventType.EXECUTION_RESUMED, payload)
     ]

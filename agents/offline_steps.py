@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import call_edits, offline, tool_calls
-from agents.claims import StepCall
+from agents.claims import NotTakenOver
 from agents.gates import pending_caller_positions, unknown_outcome_gate, unreviewed
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep
@@ -19,6 +19,7 @@ from core.errors import ExecutionFailed, FailureCode
 from core.event_payloads import AgentMessage, TypedEvent
 from core.events import append_event
 from core.models import TOOL_CALLS, Checkpoint, ToolCall
+from core.run_entry import StepCall
 from core.vocabulary import EventType
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class OfflineDriver:
             alone = await self._advance_alone(state, cursor, plan, claimed)
             if alone is not None:
                 return alone
+        if runner.claim.resume is not None:
+            raise NotTakenOver(self.execution_id)  # only a step of one statement takes a claim over
         async with runner.db.transaction() as session:
             due = await self._due_checkpoint(session, state["gates"], cursor, len(plan))
             if due is not None:

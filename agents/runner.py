@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents import offline
-from agents.claims import CLAIM_HOLDS, Claim, LeaseLost
+from agents.claims import CLAIM_HOLDS, Claim, LeaseLost, NotTakenOver, claim_execution, fenced_allocation
 from agents.gates import UNKNOWN_OUTCOME_STAGE, UNREVIEWED
 from agents.model_names import ModelUnavailable, ProviderFailed
 from agents.offline_steps import OfflineDriver
@@ -80,8 +80,7 @@ _FENCED_LAST_STEP = seq_allocation(
 
 # The same, written alone (`core.events.append_events_alone`): only where the end calls for no webhook or verdict
 # (`core.webhooks.QUIET`), which would have to commit with it.
-_FENCED_QUIET_LAST_STEP = seq_allocation(
-    *CLAIM_HOLDS,
+_FENCED_QUIET_LAST_STEP = fenced_allocation(
     ~sa.exists().where(*UNREVIEWED),
     QUIET,
     agent_state=sa.bindparam("saved_state"),
@@ -176,7 +175,29 @@ class ExecutionRunner:
                 log.warning("execution %s: lease renewal failed; retrying", self.execution_id, exc_info=True)
 
     async def _drive(self) -> None:
+        if self.claim.resume is not None:
+            # The first step takes the claim over, in its own statement, or nothing is written and the run is
+            # claimed as usual: the row moved on since the decision, or the step takes more than one statement.
+            try:
+                await self._drive_from_entry()
+                return
+            except Exception:
+                if self.claim.resume is None:
+                    raise  # taken over: the run's, as for any claim
+                # Nothing written (NotTakenOver, or the statement failed): what the usual claim finds is the truth.
+                log.debug("execution %s: not taken over by its first step; claiming it", self.execution_id,
+                          exc_info=True)  # fmt: skip
+            lease = self.settings.worker_lease_seconds
+            claim = await claim_execution(self.db, self.worker_id, lease, self.execution_id)
+            if claim is None:
+                return  # another worker has it, or it no longer waits to run
+            self.claim = claim
+        await self._drive_from_entry()
+
+    async def _drive_from_entry(self) -> None:
         entry = self.claim.entry
+        if self.claim.resume is not None and (entry is None or entry.state is None):
+            raise NotTakenOver(self.execution_id)
         if entry is not None:
             # The claim's own statement handed back what the agent needs to go on (its state, the run's mode):
             # getting back in after a pause costs no statement of its own.

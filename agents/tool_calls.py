@@ -17,15 +17,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from agents.call_edits import edit_note
-from agents.claims import CLAIM_HOLDS, LeaseLost
+from agents.claims import LeaseLost, fenced_allocation, taking_over
 from agents.gates import gate_for_call
 from agents.policy import RunMode, describe_call, side_effect_of
 from agents.tool_base import InPlaceStep, SingleWrite, Tool, ToolContext, ToolFailed
 from agents.tools import TOOLS
 from core._sqlalchemy_shortcuts import DirectStatement
 from core.db import commits_alone
-from core.event_payloads import ToolCallPayload, ToolResult, TypedEvent
-from core.events import AddedEvent, Companion, append_event, append_events, append_events_alone, seq_allocation
+from core.event_payloads import ExecutionClaimed, ToolCallPayload, ToolResult, TypedEvent
+from core.events import AddedEvent, Companion, append_event, append_events, append_events_alone
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
 from core.vocabulary import Channel, EventType
@@ -37,9 +37,7 @@ if TYPE_CHECKING:
 
 
 # A step's seqs, its claim's fence, the lease's renewal and the agent's progress: one statement.
-_FENCED_STEP = seq_allocation(
-    *CLAIM_HOLDS, lease_until=sa.bindparam("renewed_until"), agent_state=sa.bindparam("saved_state")
-)
+_FENCED_STEP = fenced_allocation(lease_until=sa.bindparam("renewed_until"), agent_state=sa.bindparam("saved_state"))
 
 
 # Built once: a call's progress on its row, and the approvals' edits of its arguments, in the order given.
@@ -289,8 +287,24 @@ async def _append(
     companions: Sequence[Companion],
 ) -> list[AddedEvent] | None:
     """A step's events with its allocation and companions: in `session`, or, without one, in a statement of their
-    own that commits by itself."""
+    own that commits by itself; there, for a claim still to be taken over (`Claim.resume`), the statement that
+    claims the row too, and the claim's event before the step's."""
     if session is None:
+        claim = runner.claim
+        if claim.resume is not None:
+            allocation, taking = taking_over(allocation, claim)
+            resumed: ExecutionClaimed = {"worker": runner.worker_id}
+            added = await append_events_alone(
+                runner.db,
+                runner.execution_id,
+                [(EventType.EXECUTION_RESUMED, resumed), *events],
+                allocation=allocation,
+                parameters={**parameters, **taking},
+                companions=companions,
+            )
+            if added is not None:
+                runner.claim = claim.taken()
+            return added
         return await append_events_alone(
             runner.db,
             runner.execution_id,

@@ -12,7 +12,7 @@ import os
 import socket
 from typing import Any
 
-from agents.claims import claim_execution, claim_next
+from agents.claims import Claim, claim_execution, claim_next, claim_to_take_over
 from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
@@ -22,6 +22,7 @@ from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
 from core.mail import run_mail_dispatcher
+from core.run_entry import Resume
 from core.settings import Settings
 from core.webhook_sender import run_webhook_dispatcher
 from review.inbound import InboundListener
@@ -51,6 +52,10 @@ class Worker:
         # at start, at every safety-net poll and when the named ones overflow; a claim that finds nothing
         # ends it. A claim is a write transaction: none is spent on finding nothing after every run.
         self._named: dict[str, None] = {}
+        self._stopping = False
+        # What the wake-up of a decision said of its run (`core.run_entry.Resume`), where its first step may take
+        # the claim over: by execution id, for as long as it is named.
+        self._resumes: dict[str, Resume] = {}
         self._search = True
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -100,6 +105,7 @@ class Worker:
                 finally:
                     poll.cancel()
         finally:
+            self._stopping = True  # a wake-up heard from now on starts nothing
             for task in (*self._running, stopper):
                 task.cancel()  # a run stops its agent between statements (ExecutionRunner.run)
             for task in helpers:
@@ -116,6 +122,7 @@ class Worker:
         if len(self._named) > _NAMED_AT_MOST:
             # Far more named than can run: one search at a time finds them all, oldest first.
             self._named.clear()
+            self._resumes.clear()
             self._search = True
         self._kick.set()
 
@@ -126,7 +133,9 @@ class Worker:
             try:
                 if named is not None:
                     del self._named[named]
-                    claim = await claim_execution(self.db, self.worker_id, lease, named)
+                    resume = self._resumes.pop(named, None)
+                    taken = None if resume is None else claim_to_take_over(named, resume)
+                    claim: Claim | None = taken or await claim_execution(self.db, self.worker_id, lease, named)
                 else:
                     claim = await claim_next(self.db, self.worker_id, lease)
                     self._search = claim is not None
@@ -134,13 +143,15 @@ class Worker:
                 log.exception("claiming failed; retrying at the next poll")
                 self._search = True
                 return
-            if claim is None:
-                continue
-            runner = ExecutionRunner(self.settings, self.db, self.worker_id, claim, self.models)
-            task = asyncio.create_task(runner.run())
-            self._running.add(task)
-            self._runs[claim.execution_id] = task
-            task.add_done_callback(functools.partial(self._finished, claim.execution_id))
+            if claim is not None:
+                self._start(claim)
+
+    def _start(self, claim: Claim) -> None:
+        runner = ExecutionRunner(self.settings, self.db, self.worker_id, claim, self.models)
+        task = asyncio.create_task(runner.run())
+        self._running.add(task)
+        self._runs[claim.execution_id] = task
+        task.add_done_callback(functools.partial(self._finished, claim.execution_id))
 
     def _finished(self, execution_id: str, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
@@ -163,6 +174,14 @@ class Worker:
         elif not execution_id:
             self._missed()
         elif execution_id not in self._runs:  # heard twice (here and back from Redis): claimed once
+            resume = Resume.from_json(execution_id, message.get("resume")) if self.db.backend.writes_alone else None
+            taken = None if resume is None else claim_to_take_over(execution_id, resume)
+            if taken is not None and not self._stopping and len(self._running) < self.settings.worker_concurrency:
+                # Started from here: its first step claims the run itself, with nothing to wait for before it.
+                self._start(taken)
+                return
+            if resume is not None:
+                self._resumes[execution_id] = resume
             self._wanted(execution_id)
 
     def _missed(self) -> None:

@@ -221,17 +221,20 @@ async def append_any_event(
     session: AsyncSession, execution_id: str, type_: str, payload: Mapping[str, Any] | None = None
 ) -> AddedEvent:
     """`append_event` for any type and payload, unchecked: the log itself knows no types (tests, tools)."""
-    added = await _append_events(session, execution_id, [(type_, payload or {})], _ALLOCATE, None, ())
+    added = await append_events_returning(session, execution_id, [(type_, payload or {})], allocation=_ALLOCATE)
     assert added is not None  # no condition: the row is there (its foreign key says so)
-    return added[0]
+    return added[0][0]
 
 
-def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectStatement:
+def seq_allocation(
+    *where: sa.ColumnElement[bool], returning: tuple[sa.ColumnElement[Any], ...] = (), **values: Any
+) -> DirectStatement:
     """The UPDATE … RETURNING that gives a batch of events their seqs, built once and run with parameters
     `execution_id`, `count` and those of `where` and `values` (bind parameters).
 
     `where` and `values` extend it, so a caller can fence its claim and save its progress in the same
-    statement. Built once because building it costs more than running it, on every agent step.
+    statement; what it returns after its own columns, `returning` (`Appended.more`). Built once because building
+    it costs more than running it, on every agent step.
     """
     columns = EXECUTIONS.c
     return DirectStatement(
@@ -240,7 +243,7 @@ def seq_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectState
         .values(last_seq=columns.last_seq + sa.bindparam("count", type_=sa.Integer()), **values)
         # With the new last seq, what tells whether the events may call for a webhook, or end a suite's run
         # (`enqueue_for_event`).
-        .returning(columns.last_seq, columns.webhook_url, columns.verdict_state, columns.suite_id)
+        .returning(columns.last_seq, columns.webhook_url, columns.verdict_state, columns.suite_id, *returning)
     )
 
 
@@ -267,22 +270,27 @@ async def append_events(
 
     When the allocation's conditions match no row, nothing is added and the answer is None.
     """
-    return await _append_events(session, execution_id, items, allocation, parameters, companions)
+    appended = await append_events_returning(
+        session, execution_id, items, allocation=allocation, parameters=parameters, companions=companions
+    )
+    return None if appended is None else appended[0]
 
 
-async def _append_events(
+async def append_events_returning(
     session: AsyncSession,
     execution_id: str,
     items: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
     allocation: DirectStatement,
-    parameters: dict[str, Any] | None,
-    companions: Sequence[Companion],
-) -> list[AddedEvent] | None:
+    parameters: dict[str, Any] | None = None,
+    companions: Sequence[Companion] = (),
+) -> tuple[list[AddedEvent], tuple[Any, ...]] | None:
+    """`append_events`, with what the allocation returned after its own columns (`seq_allocation`'s `returning`)."""
     bound = {"execution_id": execution_id, "count": len(items), **(parameters or {})}
     written = await backend_of(session).append_events(session, execution_id, items, allocation, bound, companions)
     if written is None:
         return None
-    return await _announce(session, written.rows, _hint(written))
+    return await _announce(session, written.rows, _hint(written)), written.more
 
 
 async def add_numbered_events(

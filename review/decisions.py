@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
+from core.backends import backend_of
 from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
@@ -19,9 +20,10 @@ from core.event_payloads import (
     ExecutionRejected,
     TypedEvent,
 )
-from core.events import append_events, seq_allocation
+from core.events import append_events_returning, seq_allocation
 from core.ids import new_id
 from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, Checkpoint, Execution, UTCDateTime, utcnow
+from core.run_entry import OFFLINE_ENTRY_RETURNING, Resume, entry_of
 from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
 from review.access import decider_rule
 from review.decision_errors import (
@@ -53,16 +55,23 @@ _RULE_ON_ROW = decider_rule(
 )
 
 
+# What a decision that lets its run go on returns for the worker's wake-up (`core.run_entry.Resume`): the lease
+# epoch, then what the run needs to go on.
+_RESUMING = (EXECUTIONS.c.lease_epoch, *OFFLINE_ENTRY_RETURNING)
+
+
 @functools.cache
-def _allocation(person: bool, moves: bool) -> DirectStatement:
+def _allocation(person: bool, moves: bool, resuming: bool = False) -> DirectStatement:
     """The seqs of a decision's events, taken where the rule lets a `person` decide and, when the answer `moves`
-    the execution on, only while it waits for this decision, moving it (parameters `end_status`, `completed_at`)."""
+    the execution on, only while it waits for this decision, moving it (parameters `end_status`, `completed_at`);
+    `resuming`, returning what the wake-up of a run let go on carries (`_RESUMING`)."""
     where = [_RULE_ON_ROW] if person else []
     if not moves:
         return seq_allocation(*where)
     return seq_allocation(
         *where,
         EXECUTIONS.c.status == "awaiting_review",
+        returning=_RESUMING if resuming else (),
         status=sa.bindparam("end_status"),
         completed_at=sa.bindparam("completed_at", type_=UTCDateTime()),
         worker_id=None,
@@ -274,11 +283,14 @@ async def decide(
     # One statement (on PostgreSQL): the execution moved on, or only its seqs taken, where it still waits and,
     # for a person, where the rule lets them decide on the row as it stands; with it the decision row (the
     # unique (checkpoint_id, attempt) is the database's own guard against a second answer) and the events.
-    added = await append_events(
+    # Where the worker's claim and first step can be one statement (`Backend.writes_alone`), a run let go on is
+    # handed to it with the wake-up, as this statement leaves it: the worker need not read it back first.
+    resuming = end_status == "running" and not revise and backend_of(session).writes_alone
+    added = await append_events_returning(
         session,
         execution_id,
         events,
-        allocation=_allocation(person, moves),
+        allocation=_allocation(person, moves, resuming),
         parameters=parameters,
         companions=[Companion(DECISIONS, row)],
     )
@@ -296,7 +308,13 @@ async def decide(
             .values(status="pending", attempt=current_attempt + 1)
         )
     if end_status == "running":
-        publish_after_commit(session, WAKE_CHANNEL, {"executionId": execution_id})
+        wake: dict[str, Any] = {"executionId": execution_id}
+        if resuming:
+            epoch, *entry = added[1]
+            last_seq = added[0][-1].seq
+            dialect = session.get_bind().dialect
+            wake["resume"] = Resume(epoch, last_seq, entry_of(dialect, execution_id, tuple(entry))).as_json()
+        publish_after_commit(session, WAKE_CHANNEL, wake)
     if grading:
         await grade_given(session, execution_id, record)
     return record

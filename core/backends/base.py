@@ -53,6 +53,8 @@ class Appended(NamedTuple):
     webhook_url: str | None
     verdict_state: str | None
     suite_id: str | None
+    # What the allocation returned after those, as the driver gave it (`seq_allocation`'s `returning`).
+    more: tuple[Any, ...] = ()
 
 
 class Backend(ABC):

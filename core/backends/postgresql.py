@@ -197,8 +197,9 @@ def _appended(
 ) -> Appended | None:
     if not allocated:
         return None
-    last_seq, *facts = allocated[0]
-    return Appended(event_rows(execution_id, last_seq - len(items) + 1, items, now), *facts)
+    last_seq, webhook_url, verdict_state, suite_id, *more = allocated[0]
+    rows = event_rows(execution_id, last_seq - len(items) + 1, items, now)
+    return Appended(rows, webhook_url, verdict_state, suite_id, tuple(more))
 
 
 POSTGRESQL = PostgresBackend()

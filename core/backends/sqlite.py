@@ -115,12 +115,12 @@ class SqliteBackend(Backend):
             allocated = cursor.execute(allocation, bound)
             if not allocated:
                 return None
-            last_seq, *facts = allocated[0]
+            last_seq, webhook_url, verdict_state, suite_id, *more = allocated[0]
             for companion in companions:
                 cursor.execute(self.companion_statement(companion.shape), companion.row)
             rows = event_rows(execution_id, last_seq - len(items) + 1, items, now)
             cursor.executemany(_INSERT_EVENTS, rows)
-            return Appended(rows, *facts)
+            return Appended(rows, webhook_url, verdict_state, suite_id, tuple(more))
 
         # One call to the driver for the allocation, the companions and the events.
         return await run_direct(session, write)
