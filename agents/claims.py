@@ -55,7 +55,7 @@ class Claim:
 
 def claim_to_take_over(execution_id: str, resume: Resume) -> Claim | None:
     """The claim a wake-up's hint lets the run's first step take over (`taking_over`): only the offline agent's run
-    (whose step the driver can tell from its state alone), on the backend where a step is one statement."""
+    (whose step the driver can tell from its state alone), at a step the claim found the call of."""
     state = resume.entry.state
     if state is None or state.get("agent") != OFFLINE or resume.entry.step_call is None:
         return None

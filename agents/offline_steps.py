@@ -75,10 +75,18 @@ class OfflineDriver:
             )
         # What the claim found holds for its first turn only: a turn may open the step's call, or run it.
         claimed, self._step_call = self._step_call, None
-        if runner.db.backend.writes_alone:
+        backend = runner.db.backend
+        if backend.writes_alone:
             alone = await self._advance_alone(state, cursor, plan, claimed)
             if alone is not None:
                 return alone
+        elif runner.claim.resume is not None:
+            # The step that takes the claim over, as the one write of its transaction (SQLite writes no other way).
+            async with runner.db.transaction() as session:
+                await backend.begin_writing(session)
+                taken = await self._advance_alone(state, cursor, plan, claimed, session)
+            if taken is not None:
+                return taken
         if runner.claim.resume is not None:
             raise NotTakenOver(self.execution_id)  # only a step of one statement takes a claim over
         async with runner.db.transaction() as session:
@@ -144,24 +152,29 @@ class OfflineDriver:
         return True
 
     async def _advance_alone(
-        self, state: dict[str, Any], cursor: int, plan: list[dict[str, Any]], claimed: StepCall | None
+        self,
+        state: dict[str, Any],
+        cursor: int,
+        plan: list[dict[str, Any]],
+        claimed: StepCall | None,
+        session: AsyncSession | None = None,
     ) -> bool | None:
-        """The turn as one statement committing by itself, outside any session, when it is the common step (or
-        the step its checkpoint just let through) and the driver knows that without reading anything; None, having
-        done nothing, when the turn needs a transaction. As `advance` otherwise."""
+        """The turn as one statement, committing by itself outside any session (or the one write of `session`), when
+        it is the common step (or the step its checkpoint just let through) and the driver knows that without
+        reading anything; None, having done nothing, when the turn needs more. As `advance` otherwise."""
         if cursor >= len(plan) or self._due_without_reading(state["gates"], cursor) is not False:
             return None
         step = plan[cursor]
         if self._needs_review(step) or not tool_calls.alone_in_place(step["tool"], step["args"]):
             return None
         if self._began_here:
-            return await self._common_step(None, state, cursor, step)
+            return await self._common_step(session, state, cursor, step)
         call = claimed.call if claimed is not None and claimed.cursor == cursor else None
         if call is None or call.status != "proposed" or not self._in_place(call):
             return None
         if not tool_calls.alone_in_place(call.tool, call.args):
             return None
-        return await self._begun_step(None, state, cursor, call)
+        return await self._begun_step(session, state, cursor, call)
 
     async def _common_step(
         self, session: AsyncSession | None, state: dict[str, Any], cursor: int, step: dict[str, Any]

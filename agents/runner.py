@@ -70,8 +70,7 @@ _COMPLETED: dict[str, Any] = {
 _FENCED_COMPLETION = seq_allocation(*CLAIM_HOLDS, **_COMPLETED)
 # The same with the run's last step (its progress saved: agents/tool_calls.py `_FENCED_STEP`), unless a checkpoint
 # still waits to be passed (`agents.gates.UNREVIEWED`): its review comes before the end.
-_FENCED_LAST_STEP = seq_allocation(
-    *CLAIM_HOLDS,
+_FENCED_LAST_STEP = fenced_allocation(
     ~sa.exists().where(*UNREVIEWED),
     agent_state=sa.bindparam("saved_state"),
     **_COMPLETED,

@@ -287,35 +287,25 @@ async def _append(
     companions: Sequence[Companion],
 ) -> list[AddedEvent] | None:
     """A step's events with its allocation and companions: in `session`, or, without one, in a statement of their
-    own that commits by itself; there, for a claim still to be taken over (`Claim.resume`), the statement that
-    claims the row too, and the claim's event before the step's."""
+    own that commits by itself. For a claim still to be taken over (`Claim.resume`), the statement claims the row
+    too, and the claim's event comes before the step's."""
+    claim = runner.claim
+    if claim.resume is not None:
+        allocation, taking = taking_over(allocation, claim)
+        resumed: ExecutionClaimed = {"worker": runner.worker_id}
+        events, parameters = [(EventType.EXECUTION_RESUMED, resumed), *events], {**parameters, **taking}
+    execution_id = runner.execution_id
     if session is None:
-        claim = runner.claim
-        if claim.resume is not None:
-            allocation, taking = taking_over(allocation, claim)
-            resumed: ExecutionClaimed = {"worker": runner.worker_id}
-            added = await append_events_alone(
-                runner.db,
-                runner.execution_id,
-                [(EventType.EXECUTION_RESUMED, resumed), *events],
-                allocation=allocation,
-                parameters={**parameters, **taking},
-                companions=companions,
-            )
-            if added is not None:
-                runner.claim = claim.taken()
-            return added
-        return await append_events_alone(
-            runner.db,
-            runner.execution_id,
-            events,
-            allocation=allocation,
-            parameters=parameters,
-            companions=companions,
+        added = await append_events_alone(
+            runner.db, execution_id, events, allocation=allocation, parameters=parameters, companions=companions
         )
-    return await append_events(
-        session, runner.execution_id, events, allocation=allocation, parameters=parameters, companions=companions
-    )
+    else:
+        added = await append_events(
+            session, execution_id, events, allocation=allocation, parameters=parameters, companions=companions
+        )
+    if added is not None and claim.resume is not None:
+        runner.claim = claim.taken()
+    return added
 
 
 def alone_in_place(tool: str, args: dict[str, Any]) -> bool:

@@ -174,7 +174,7 @@ class Worker:
         elif not execution_id:
             self._missed()
         elif execution_id not in self._runs:  # heard twice (here and back from Redis): claimed once
-            resume = Resume.from_json(execution_id, message.get("resume")) if self.db.backend.writes_alone else None
+            resume = Resume.from_json(execution_id, message.get("resume"))
             taken = None if resume is None else claim_to_take_over(execution_id, resume)
             if taken is not None and not self._stopping and len(self._running) < self.settings.worker_concurrency:
                 # Started from here: its first step claims the run itself, with nothing to wait for before it.

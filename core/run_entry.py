@@ -1,6 +1,6 @@
 """What a run needs to go on after a pause, read by the statement that lets it go on: the claim's (agents/claims.py)
-or, for a reviewer's approval on a backend that writes alone, the decision's, which hands it to the worker with the
-wake-up (`Resume`), so that the worker's claim and its first step are one statement (issue 25).
+or, for a decision that lets a run go on, the decision's, which hands it to the worker with the wake-up (`Resume`),
+so that the worker's claim and the run's first step are one statement (issue 25).
 
 The columns are correlated subqueries on the executions row, returned by an UPDATE … RETURNING: SQLite renders that
 clause without table names, so every column a subquery compares is spelled out with its table's name."""
@@ -140,7 +140,7 @@ def entry_of(dialect: Dialect, execution_id: str, raw: tuple[Any, ...]) -> Entry
 class Resume:
     """A run let go on by a decision, as the decision's statement left it: the lease epoch and last seq it saw and
     what the run needs to go on. Carried by the wake-up: a worker claims the run and takes its step in one statement
-    that holds only while the row still has that epoch and seq (agents/claims.py `claimed_with_step`)."""
+    that holds only while the row still has that epoch and seq (agents/claims.py `taking_over`)."""
 
     epoch: int
     seq: int

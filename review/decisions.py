@@ -9,7 +9,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
-from core.backends import backend_of
 from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
@@ -283,9 +282,9 @@ async def decide(
     # One statement (on PostgreSQL): the execution moved on, or only its seqs taken, where it still waits and,
     # for a person, where the rule lets them decide on the row as it stands; with it the decision row (the
     # unique (checkpoint_id, attempt) is the database's own guard against a second answer) and the events.
-    # Where the worker's claim and first step can be one statement (`Backend.writes_alone`), a run let go on is
-    # handed to it with the wake-up, as this statement leaves it: the worker need not read it back first.
-    resuming = end_status == "running" and not revise and backend_of(session).writes_alone
+    # A run let go on is handed to the worker with the wake-up, as this statement leaves it: its claim and first step
+    # can then be one statement (agents/claims.py `taking_over`), with nothing to read back first.
+    resuming = end_status == "running" and not revise
     added = await append_events_returning(
         session,
         execution_id,

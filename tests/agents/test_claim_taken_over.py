@@ -1,7 +1,7 @@
 """A run let go on by a reviewer's approval is claimed by its first step (issue 25): the decision hands the worker
-the run as it left it (`core.run_entry.Resume`, with the wake-up), and where a step is one statement (PostgreSQL)
-that statement claims the row too, holding only while the row still has the epoch and seq the decision left. When
-it does not, nothing is written and the run is claimed as usual, once."""
+the run as it left it (`core.run_entry.Resume`, with the wake-up), and the step's statement claims the row too,
+holding only while the row still has the epoch and seq the decision left. When it does not, nothing is written and
+the run is claimed as usual, once."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from agents.runner import ExecutionRunner
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.events import append_any_event
-from core.models import EVENTS, ToolCall
-from core.run_entry import Entry, Resume, StepCall
+from core.models import EVENTS
+from core.run_entry import Entry, Resume
 from core.settings import Settings
 from core.vocabulary import Channel
 from review import decide
@@ -37,23 +37,10 @@ async def approved(db: Database, settings: Settings) -> tuple[str, dict[str, Any
     return exe, woken
 
 
-async def hint_of(db: Database, exe: str, woken: dict[str, Any]) -> Resume:
-    """The wake-up's hint where the backend writes one (PostgreSQL); elsewhere, where none is sent, the same made
-    from the row, so that the runner's way back to the usual claim is exercised there too."""
-    if db.backend.writes_alone:
-        resume = Resume.from_json(exe, woken.get("resume"))
-        assert resume is not None
-        return resume
-    assert "resume" not in woken, "a hint only where a step is one statement"
-    snap = await snapshot(db, exe)
-    (call,) = snap.calls
-    state = dict(snap.execution.agent_state or {})
-    found = ToolCall(
-        id=call.id, execution_id=exe, step_index=call.step_index, tool=call.tool, args=call.args,
-        provider_call_id=None, proposed_args=None, status=call.status, started_at=call.started_at,
-    )  # fmt: skip
-    entry = Entry(state, "with-verification", False, 0, StepCall(state["cursor"], found))
-    return Resume(snap.execution.lease_epoch, snap.execution.last_seq, entry)
+async def hint_of(exe: str, woken: dict[str, Any]) -> Resume:
+    resume = Resume.from_json(exe, woken.get("resume"))
+    assert resume is not None
+    return resume
 
 
 def taken_over(exe: str, resume: Resume) -> Claim:
@@ -80,7 +67,7 @@ async def test_the_step_after_an_approval_claims_the_run_with_its_own_statement(
     db: Database, settings: Settings
 ) -> None:
     exe, woken = await approved(db, settings)
-    resume = await hint_of(db, exe, woken)
+    resume = await hint_of(exe, woken)
     decided = await snapshot(db, exe)
     # What the hint says is the row as the decision left it.
     assert (resume.epoch, resume.seq) == (decided.execution.lease_epoch, decided.execution.last_seq)
@@ -98,20 +85,16 @@ async def test_the_step_after_an_approval_claims_the_run_with_its_own_statement(
     ]  # fmt: skip
     assert done.execution.lease_epoch == resume.epoch + 1
     assert_contiguous(done)
-    after = await created_at_after(db, exe, decided.execution.last_seq)
-    if db.backend.writes_alone:
-        # One statement: the claim's event and the step's carry the one time it was written at.
-        assert len({at for _type, at in after}) == 1
-    else:
-        # The usual claim, then the step: two transactions.
-        assert after[0][1] < after[1][1]
+    # One statement (on SQLite, one transaction): the claim's event and the step's carry the one time they were
+    # written at.
+    assert len({at for _type, at in await created_at_after(db, exe, decided.execution.last_seq)}) == 1
 
 
 async def test_a_hint_another_claim_has_moved_past_writes_nothing(db: Database, settings: Settings) -> None:
     """Another worker claimed the run after the decision (its lease is live): the hinted first step writes nothing,
     the usual claim finds nothing to claim, and the other worker's run takes the step, once."""
     exe, woken = await approved(db, settings)
-    resume = await hint_of(db, exe, woken)
+    resume = await hint_of(exe, woken)
     other = await claim(db, "worker-2")
     before = await snapshot(db, exe)
 
@@ -132,7 +115,7 @@ async def test_a_hint_the_run_has_moved_past_is_claimed_as_usual(db: Database, s
     """The row took an event after the decision (its seq moved) but still waits to run: the hinted step matches
     nothing, and the runner claims the run as usual and takes the step, once."""
     exe, woken = await approved(db, settings)
-    resume = await hint_of(db, exe, woken)
+    resume = await hint_of(exe, woken)
     async with db.transaction() as session:
         await append_any_event(session, exe, "agent.message", {"text": "meanwhile"})
 

@@ -118,11 +118,8 @@ async def test_approve(db: Database, settings: Settings) -> None:
 
     after = await state(db, exe)
     execution = after["execution"]
-    if db.backend.writes_alone:
-        # The run as the decision left it, for the worker's claim to be taken over by its first step.
-        assert (woken["resume"]["epoch"], woken["resume"]["seq"]) == (execution.lease_epoch, execution.last_seq)
-    else:
-        assert woken == {"executionId": exe}
+    # The run as the decision left it, for the worker's claim to be taken over by its first step.
+    assert (woken["resume"]["epoch"], woken["resume"]["seq"]) == (execution.lease_epoch, execution.last_seq)
     assert [c.status for c in after["checkpoints"]] == ["approved", "pending"]
     (row,) = after["decisions"]
     assert (row.checkpoint_id, row.decision, row.decided_by, row.via, row.comment, row.remote_addr) == (
