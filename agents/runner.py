@@ -180,12 +180,17 @@ class ExecutionRunner:
             try:
                 await self._drive_from_entry()
                 return
+            except LeaseLost:
+                if self.claim.resume is None:
+                    raise  # taken over, then lost: as for any claim
+                # NotTakenOver, or the step's statement matched nothing: the row moved on since the decision.
+                log.debug("execution %s: not taken over by its first step; claiming it", self.execution_id)
             except Exception:
                 if self.claim.resume is None:
                     raise  # taken over: the run's, as for any claim
-                # Nothing written (NotTakenOver, or the statement failed): what the usual claim finds is the truth.
-                log.debug("execution %s: not taken over by its first step; claiming it", self.execution_id,
-                          exc_info=True)  # fmt: skip
+                # Nothing written (the statement failed): the usual claim finds the run as it is.
+                log.info("execution %s: its first step did not take the claim over; claiming it", self.execution_id,
+                         exc_info=True)  # fmt: skip
             lease = self.settings.worker_lease_seconds
             claim = await claim_execution(self.db, self.worker_id, lease, self.execution_id)
             if claim is None:
