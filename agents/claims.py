@@ -34,8 +34,9 @@ class LeaseLost(Exception):
 
 
 class NotTakenOver(LeaseLost):
-    """A claim to be taken over by the run's first step (`Claim.resume`) was not: the row moved on since the
-    decision, or the step needs more than one statement. Nothing was written; the run is claimed as usual."""
+    """A claim to be taken over by the run's first step (`Claim.resume`) cannot be: the step takes more than one
+    statement, or the hint holds no state to go on from. Nothing was written; the run is claimed as usual (as where
+    the step's statement matched nothing: the row moved on since the decision, LeaseLost)."""
 
 
 @dataclass(frozen=True)
