@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from pydantic_ai.models import Model
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import call_edits, llm, tool_calls
+from agents import budgets, call_edits, llm, tool_calls
 from agents.gates import (
     UNKNOWN_OUTCOME_STAGE,
     caller_gate,
@@ -95,7 +95,7 @@ class ModelDriver:
             message: AgentMessage = {"text": text}
             said: list[TypedEvent] = [(EventType.AGENT_MESSAGE, message)] if text else []
             await append_events(session, self.execution_id, [(EventType.MODEL_REQUEST, asked), *said])
-            runner.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
+            budgets.spend(state, steps=1, seconds=elapsed, tokens=usage["inputTokens"] + usage["outputTokens"])
             await runner.save(session, state)
         # The request is on record (its tokens count); then the run ends, never `completed`.
         if refused is not None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import call_edits, offline, tool_calls
+from agents import budgets, call_edits, offline, tool_calls
 from agents.claims import NotTakenOver
 from agents.gates import pending_caller_positions, unknown_outcome_gate, unreviewed
 from agents.policy import RunMode, describe_call, side_effect_of
@@ -228,7 +228,7 @@ class OfflineDriver:
             plan: list[dict[str, Any]] = state["plan"]
             if state["cursor"] < len(plan) or state.get("failedStep") is not None:
                 return None
-            if not self.runner.within_budget(state):
+            if not budgets.within(state, self.runner.settings):
                 return None
             done = await self._result(session, state, call.step_index, (call.tool, result))
             return self.runner.ending(done, alone=session is None)
@@ -248,7 +248,7 @@ class OfflineDriver:
     def _advanced(self, state: dict[str, Any], cursor: int) -> Callable[[dict[str, Any]], None]:
         def advanced(answer: dict[str, Any]) -> None:
             state["cursor"] = cursor + 1
-            self.runner.spend(state, steps=1)
+            budgets.spend(state, steps=1)
             if "error" in answer:
                 step = state["plan"][cursor]
                 failed = {"step": cursor + 1, "tool": step["tool"], "instruction": step["instruction"]}

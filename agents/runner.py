@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agents import offline
+from agents import budgets, offline
 from agents.claims import CLAIM_HOLDS, Claim, LeaseLost, NotTakenOver, claim_execution, fenced_allocation
 from agents.gates import UNKNOWN_OUTCOME_STAGE, UNREVIEWED
 from agents.model_names import ModelUnavailable, ProviderFailed
@@ -89,17 +89,6 @@ _FENCED_QUIET_LAST_STEP = fenced_allocation(
 
 class AgentUnavailable(Exception):
     """The execution asks for an agent model this service cannot run."""
-
-
-class BudgetExceeded(ExecutionFailed):
-    """The execution used up one of its budgets (steps, agent time, tokens); the code names which."""
-
-
-_BUDGETS = (
-    ("steps", "steps", FailureCode.STEP_BUDGET_EXHAUSTED),
-    ("seconds", "seconds of agent time", FailureCode.TIME_BUDGET_EXHAUSTED),
-    ("tokens", "tokens", FailureCode.TOKEN_BUDGET_EXHAUSTED),
-)
 
 
 class ExecutionRunner:
@@ -227,7 +216,7 @@ class ExecutionRunner:
 
             driver = ModelDriver(self, self._model(state["model"]), mode)
         while True:
-            self.enforce_budget(state)
+            budgets.enforce(state, self.settings)
             if not await driver.advance(state):
                 break
 
@@ -257,13 +246,6 @@ class ExecutionRunner:
             )
         return state
 
-    def _budget(self) -> dict[str, Any]:
-        return {
-            "steps": self.settings.agent_max_steps,
-            "seconds": self.settings.agent_max_seconds,
-            "tokens": self.settings.agent_max_tokens,
-        }
-
     def _model(self, name: str) -> Model:
         try:
             return self.models.get(name)
@@ -272,7 +254,7 @@ class ExecutionRunner:
 
     def _initial_state(self, execution: Execution, checkpoints: list[Checkpoint]) -> dict[str, Any]:
         # The budget is fixed when the run starts: a later change of the settings does not move it.
-        budget, usage = self._budget(), {"steps": 0, "seconds": 0.0, "tokens": 0}
+        budget, usage = budgets.from_settings(self.settings), {"steps": 0, "seconds": 0.0, "tokens": 0}
         if execution.agent_model == offline.MODEL_NAME:
             caller = [cp for cp in checkpoints if cp.origin == "caller"]
             return {**offline.initial_state(execution.task_description, caller), "budget": budget, "usage": usage}
@@ -289,28 +271,6 @@ class ExecutionRunner:
             "budget": budget,
             "usage": usage,
         }
-
-    def spend(self, state: dict[str, Any], *, steps: int = 0, seconds: float = 0.0, tokens: int = 0) -> None:
-        """Count work against the execution's budgets (checked before each step by `enforce_budget`)."""
-        usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
-        usage["steps"] += steps
-        usage["seconds"] = round(usage["seconds"] + seconds, 3)
-        usage["tokens"] += tokens
-
-    def enforce_budget(self, state: dict[str, Any]) -> None:
-        usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
-        budget = state.setdefault("budget", self._budget())
-        for name, unit, code in _BUDGETS:
-            if usage[name] >= budget[name]:
-                raise BudgetExceeded(code, f"budget exceeded: used {usage[name]:g} of {budget[name]:g} {unit}")
-
-    def within_budget(self, state: dict[str, Any]) -> bool:
-        """Whether `enforce_budget` would let the next turn through."""
-        try:
-            self.enforce_budget(state)
-        except BudgetExceeded:
-            return False
-        return True
 
     async def checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         rows = await session.scalars(

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from agents import budgets
 from agents.call_edits import edit_note
 from agents.claims import LeaseLost, fenced_allocation, taking_over
 from agents.gates import gate_for_call
@@ -259,7 +260,7 @@ async def _finish(
     elapsed = time.perf_counter() - began
     answer = {**_answer(result, error), **edit_note(call)}
     after(answer)
-    runner.spend(state, seconds=elapsed)
+    budgets.spend(state, seconds=elapsed)
     recorded: list[TypedEvent] = [(EventType.TOOL_RESULT, _result_event(call.id, call.tool, result, error, elapsed))]
     parameters = {**runner.fenced(), "saved_state": dict(state)}
     end = None if ending is None or error is not None else await ending(result or {})
@@ -361,7 +362,7 @@ async def run_in_place(
     }
     answer = _answer(result, error)
     after(answer)
-    runner.spend(state, seconds=elapsed)
+    budgets.spend(state, seconds=elapsed)
     events: list[TypedEvent] = [
         *step.before,
         (EventType.TOOL_CALL, _call_event(call_id, step.tool, step.args)),
