@@ -59,6 +59,13 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
         # The server's websocket protocol, when a room's frame built once may be written to it directly
         # (chat/_uvicorn_shortcuts.py); False once known that it may not (a compressed connection).
         self._protocol: Any = None
+        # Whether a room's frame went out in this turn of the loop, and the frames kept since for one write as
+        # it ends (`deliver_in_turn`), with the room's websocket frames of them. Lists kept and emptied, not made
+        # each turn: objects made per watcher per message that outlive a collection of the youngest generation
+        # push the collector into full collections, which stop the loop.
+        self._in_turn = False
+        self._held: list[str | bytes] = []
+        self._held_room: list[bytes] = []
 
     async def __call__(self, environ: dict[str, Any]) -> Any:
         socket = self._socket
@@ -112,6 +119,41 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
             raise
         self._backlog = deque()
         self._drainer = asyncio.ensure_future(self._drain(sending, waiting_on))
+
+    def deliver_in_turn(self, frame: str | bytes, room_frame: bytes) -> bool:
+        """Deliver a room's frame (where `takes_room_frames`): the turn's first at once, as `deliver` does; the
+        rest of the loop's turn kept for one write when it ends (`end_turn`). True for the first, when the caller
+        must see that `end_turn` follows."""
+        if not self._in_turn:
+            self.deliver(frame, room_frame)
+            self._in_turn = True
+            return True
+        self._held.append(frame)
+        self._held_room.append(room_frame)
+        return False
+
+    def end_turn(self) -> None:
+        """Write what `deliver_in_turn` kept: in one write when the server can write now, else each frame as
+        `deliver` does (in order, behind what already waits); nothing for a socket that closed since. A failure
+        of an immediate write is raised to the caller."""
+        held, room = self._held, self._held_room
+        self._in_turn = False
+        if not held:
+            return
+        try:
+            socket = self._socket
+            if socket is None or socket.closing or socket.closed:
+                return
+            if self._backlog is None and self._protocol:
+                from chat._uvicorn_shortcuts import write_frame
+
+                if write_frame(self._protocol, room[0] if len(room) == 1 else b"".join(room)):
+                    return
+            for frame, whole in zip(held, room, strict=True):
+                self.deliver(frame, whole)
+        finally:
+            held.clear()
+            room.clear()
 
     async def _drain(self, sending: Coroutine[Any, Any, None], waiting_on: Any) -> None:
         try:

@@ -51,8 +51,9 @@ def room_frame(message: str | bytes) -> bytes:
 
 
 def write_frame(protocol: WebSocketsSansIOProtocol, frame: bytes) -> bool:
-    """Write `frame` as uvicorn's send would, when it could now without waiting; False when it could not (the
-    transport paused writing, the connection is closing or closed): the caller then takes the ASGI send."""
+    """Write `frame` (one or more whole frames, back to back: what uvicorn's send writes when `websockets` gives it
+    several) as uvicorn's send would, when it could now without waiting; False when it could not (the transport
+    paused writing, the connection is closing or closed): the caller then takes the ASGI send."""
     if (
         not protocol.writable.is_set()
         or protocol.disconnected
