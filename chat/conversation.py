@@ -171,7 +171,12 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
             if decided is not None:
                 decided.data["decision"] = payload
             stage = decided.data.get("stage") if decided is not None else None
-            items.append(Item("reply", seq, at, {**payload, "stage": stage}))
+            edits = _edits(payload)
+            if edits and decided is not None:
+                held = tools.get(str(decided.data.get("toolCallId")))
+                if held is not None:
+                    _run_as_edited(held, payload, edits)
+            items.append(Item("reply", seq, at, {**payload, "stage": stage, "editLines": argument_lines(edits)}))
         elif type_ in OUTCOMES:
             items.append(Item("outcome", seq, at, outcome(OUTCOMES[type_], payload)))
         else:
@@ -179,6 +184,19 @@ def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
             if text is not None:
                 items.append(Item("system", seq, at, {"text": text}))
     return items
+
+
+def _edits(decided: dict[str, Any]) -> dict[str, Any]:
+    """The arguments an approval changed (none for a rejection or a plain approval)."""
+    edited = decided.get("editedArgs")
+    return dict(edited) if decided.get("decision") == "approve" and isinstance(edited, dict) else {}
+
+
+def _run_as_edited(call: Item, decided: dict[str, Any], edits: dict[str, Any]) -> None:
+    """The call a reviewer approved with edits ran with them: its arguments as run, and as the agent proposed
+    them beside (the tool.call event recorded the proposal, before the review)."""
+    proposed = decided.get("originalArgs") or call.data.get("args") or {}
+    call.data.update(edited=True, argsText=pretty({**proposed, **edits}), proposedText=pretty(proposed))
 
 
 async def run_metrics(session: AsyncSession, execution: Execution) -> dict[str, Any]:

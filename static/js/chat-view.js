@@ -106,23 +106,34 @@ export function argumentText(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
 
+// One argument as a row of a <dl>, its whole text in a <pre>. Text only.
+function argumentRow(name, text) {
+  const row = document.createElement("div");
+  const term = document.createElement("dt");
+  const code = document.createElement("code");
+  code.textContent = name;
+  term.appendChild(code);
+  const detail = document.createElement("dd");
+  const pre = document.createElement("pre");
+  pre.textContent = text;
+  detail.appendChild(pre);
+  row.append(term, detail);
+  return row;
+}
+
+// The arguments an approval changed (none for a rejection or a plain approval); chat/conversation.py's _edits.
+function editsOf(decided) {
+  const edited = decided.editedArgs;
+  return decided.decision === "approve" && edited && typeof edited === "object" ? edited : {};
+}
+
 // Every argument of the proposed call in full, and one field per argument in the edit form. Text only.
 function fillArguments(card, args, editable) {
   const list = slot(card, "nextArgs");
   const fields = slot(card, "editFields");
   for (const [name, value] of Object.entries(args)) {
     const text = argumentText(value);
-    const row = document.createElement("div");
-    const term = document.createElement("dt");
-    const code = document.createElement("code");
-    code.textContent = name;
-    term.appendChild(code);
-    const detail = document.createElement("dd");
-    const pre = document.createElement("pre");
-    pre.textContent = text;
-    detail.appendChild(pre);
-    row.append(term, detail);
-    list.appendChild(row);
+    list.appendChild(argumentRow(name, text));
     if (!editable) {
       continue;
     }
@@ -433,6 +444,7 @@ export function createView(root, needState) {
       element.dataset.checkpointId = payload.checkpointId;
       element.dataset.decided = "false";
       element.dataset.origin = payload.origin || "";
+      element.dataset.callId = payload.toolCallId || "";
       if (payload.origin === "grade") {
         // The human scorer's "Grade the result": approve is a pass, reject a fail.
         element.querySelector("button[value=approve]").textContent = "Pass";
@@ -473,6 +485,23 @@ export function createView(root, needState) {
       fill(element, "stage", stage);
       showPart(element, "stage", Boolean(stage));
       fillOptional(element, "comment", payload.comment);
+      const edits = editsOf(payload);
+      if (Object.keys(edits).length) {
+        const list = slot(element, "editedArgs");
+        for (const [name, value] of Object.entries(edits)) {
+          list.appendChild(argumentRow(name, argumentText(value)));
+        }
+        showPart(element, "edits", true);
+        // The call ran with the edits: its arguments as run, the agent's proposal beside them.
+        const call = card && card.dataset.callId ? tools.get(card.dataset.callId) : null;
+        if (call) {
+          const proposed = payload.originalArgs || {};
+          fill(call, "argsText", pretty({ ...proposed, ...edits }));
+          fill(call, "proposedText", pretty(proposed));
+          showPart(call, "edited", true);
+          showPart(call, "proposed", true);
+        }
+      }
       if (payload.decision === "approve") {
         setStatus("running");
       }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from core.settings import Settings
 from tests.chat.helpers import REDIS_URL, REVIEWER, sign_in
 from tests.conftest import make_account
 from tests.support.live import HTTP_TIMEOUT, live_server
+from tests.support.waiting import until
 
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -275,10 +277,28 @@ async def test_approving_from_the_card_with_an_edited_subject(
     await subject.fill("Weekly\nBcc: eve@example.com")
     await form.locator("button[value=approve]").click()
     await page.wait_for_selector(".cp-arg-error:visible:has-text('subject must be a single line')")
-    await subject.fill("Weekly (final)")
+    final = "Weekly <i>final</i>"  # markup in an edit is text on every surface
+    await subject.fill(final)
     await form.locator("button[value=approve]").click()
     await page.wait_for_selector(".checkpoint.state-approved")
     await page.wait_for_selector(".outcome-card.status-completed")
+    # The reply says what was edited, and the call shows the arguments it ran with, the proposal beside them:
+    # live, and the same once the page is rendered by the server.
+    for rendered in ("live", "reloaded"):
+        edits = page.locator(".item.reply.approve [data-part=edits]")
+        assert await edits.is_visible(), rendered
+        assert await edits.locator("dt").all_inner_texts() == ["subject"]
+        assert await edits.locator("dd pre").all_inner_texts() == [final]
+        call = page.locator(".item.tool", has_text="send_email")
+        ran = json.loads(await call.locator("[data-slot=argsText]").text_content() or "")
+        proposed = json.loads(await call.locator("[data-slot=proposedText]").text_content() or "")
+        assert (ran["subject"], ran["to"], proposed["subject"]) == (final, "ops@example.com", "Weekly"), rendered
+        assert await call.locator("[data-part=edited]").get_attribute("hidden") is None, rendered
+        assert await call.locator("[data-part=proposed]").get_attribute("hidden") is None, rendered
+        assert await page.locator("#feed i").count() == 0
+        if rendered == "live":
+            await page.reload()
+            await page.wait_for_selector("#chat[data-joined=true]", state="attached")
     async with db.reading() as session:
         decision = await session.scalar(sa.select(Decision).where(Decision.execution_id == created["executionId"]))
         subjects = list(
@@ -289,8 +309,8 @@ async def test_approving_from_the_card_with_an_edited_subject(
             )
         )
     assert decision is not None
-    assert (decision.via, decision.edited_args) == ("chat", {"subject": "Weekly (final)"})
-    assert subjects == ["Weekly (final)"]
+    assert (decision.via, decision.edited_args) == ("chat", {"subject": final})
+    assert subjects == [final]
     # The refused edit's answer is an answer, not an error: the page logged nothing.
     assert page.errors == []  # type: ignore[attr-defined]
 
@@ -364,6 +384,14 @@ async def test_an_approval_clicked_before_the_page_is_connected_is_sent_once_it_
     created = await create_task(
         embedded, account.key, testMode="with-verification", assignedReviewer=REVIEWER, checkpoints=[checkpoint]
     )
+
+    async def paused() -> bool | None:
+        # The card must be in the page as the server renders it: with the socket held, nothing arrives later.
+        async with db.reading() as session:
+            status = await session.scalar(sa.select(Execution.status).where(Execution.id == created["executionId"]))
+        return True if status == "awaiting_review" else None
+
+    await until(paused, timeout=20)
     context = await reviewer_context(browser, db, web_settings, embedded)
     page = await context.new_page()
     page.set_default_timeout(20_000)
