@@ -25,6 +25,7 @@ from core.events import add_numbered_events
 from core.ids import new_id
 from core.models import CHECKPOINTS, EXECUTIONS, utcnow
 from core.vocabulary import ACTIVE, EventType, VerdictState
+from review.access import none_disabled, refuse_disabled_reviewers
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +82,18 @@ class CreatedExecution:
 
 
 @functools.cache
-def _creating(backend: Backend, limited: bool, names: tuple[str, ...]) -> DirectStatement:
+def _creating(backend: Backend, limited: bool, names: tuple[str, ...], reviewers_checked: bool) -> DirectStatement:
     """The new execution's INSERT … RETURNING of columns `names`, built once: parameters as those, plus `key_id` and
     `slot_limit` when `limited` (a free slot is its condition: api/concurrency.py), and those of its
-    `execution.created` event, which the backend may insert by the same statement (`create_statement`)."""
+    `execution.created` event, which the backend may insert by the same statement (`create_statement`). With
+    `reviewers_checked`, its reviewers being no disabled accounts' is a condition too."""
     columns = EXECUTIONS.c
-    values = sa.select(*(sa.bindparam(name, type_=columns[name].type) for name in names))
+    bound = {name: sa.bindparam(name, type_=columns[name].type) for name in names}
+    values = sa.select(*bound.values())
     if limited:
         values = values.where(backend.slot_free(ACTIVE))
+    if reviewers_checked:
+        values = values.where(none_disabled(bound["assigned_reviewer"], bound["backup_reviewer"]))
     return backend.create_statement(sa.insert(EXECUTIONS).from_select(names, values).returning(columns.id))
 
 
@@ -107,8 +112,11 @@ async def insert_execution(
     *,
     concurrency_limit: int | None = None,
     suite_id: str | None = None,
+    check_reviewers: bool = False,
 ) -> CreatedExecution | None:
-    """Insert a queued execution; with `concurrency_limit`, only while the key has fewer in progress (None if not)."""
+    """Insert a queued execution; with `concurrency_limit`, only while the key has fewer in progress (None if not).
+    With `check_reviewers`, a reviewer named who is a disabled account's address is refused (ReviewerDisabled), by
+    the same statement: a caller is told at once rather than their run waiting for nobody."""
     limited = concurrency_limit is not None
     if limited:
         check_creates_serialised(session)
@@ -169,9 +177,14 @@ async def insert_execution(
         await commits_alone(session)
     # Built once and sent straight to the driver: the ORM's unit of work, and even Core's execution, cost more
     # than the statement, on the path every create takes (core/_sqlalchemy_shortcuts.py).
-    creating = _creating(backend, limited, tuple(row))
+    checked = check_reviewers and (task.assigned_reviewer is not None or task.backup_reviewer is not None)
+    creating = _creating(backend, limited, tuple(row), checked)
     if not await run_direct(session, lambda cursor: cursor.execute(creating, parameters)):
-        return None  # only the slot condition can refuse the row
+        if checked:
+            await refuse_disabled_reviewers(
+                session, assignedReviewer=task.assigned_reviewer, backupReviewer=task.backup_reviewer
+            )
+        return None  # otherwise only the slot condition refuses the row
     await add_numbered_events(session, row["id"], 1, created, now)
     if planned:
         await session.execute(

@@ -21,7 +21,7 @@ from api.problems import ApiError
 from api.schemas import REVIEWER_REQUIRED, ExecutionPatchIn, parse_body, reviewer_required
 from api.status import status_record
 from api.status_cache import invalidate_status_after_commit
-from api.tasks import execution_chat_url, json_body
+from api.tasks import disabled_reviewer_problem, execution_chat_url, json_body
 from core.bus import WAKE_CHANNEL
 from core.db import publish_after_commit
 from core.event_payloads import ExecutionUpdated
@@ -30,6 +30,7 @@ from core.formatting import isoformat
 from core.models import Checkpoint, Execution, utcnow
 from core.vocabulary import ACTIVE, EXECUTION_STATUSES, FINAL, EventType, ExecutionStatus
 from core.web.services import db_session, services
+from review.access import ReviewerDisabled, refuse_disabled_reviewers
 from review.reassign import reviewer_replaced
 
 blueprint = Blueprint("executions", __name__, url_prefix="/api/eval/executions")
@@ -161,6 +162,11 @@ async def update_execution(execution_id: str) -> dict[str, Any]:
                     f"assignedReviewer: {REVIEWER_REQUIRED}",
                     errors=[{"pointer": "/assignedReviewer", "detail": REVIEWER_REQUIRED}],
                 )
+        else:
+            try:
+                await refuse_disabled_reviewers(session, assignedReviewer=patch.assignedReviewer)
+            except ReviewerDisabled as error:
+                raise disabled_reviewer_problem(error) from None
         changes["assigned_reviewer"] = patch.assignedReviewer
         events.append(
             {

@@ -21,7 +21,7 @@ from api.executions import DEFAULT_LIMIT, MAX_LIMIT, cancel_active
 from api.idempotency import idempotent
 from api.problems import ApiError, not_found
 from api.schemas import MAX_SUITE_RUNS, MODEL_PROFILES, CreateTaskIn, SuiteIn, parse_body
-from api.tasks import base_url, execution_chat_url, json_body
+from api.tasks import base_url, disabled_reviewer_problem, execution_chat_url, json_body
 from core.db import Database
 from core.exports import EXPORT_FORMATS, ExportFormat, ExportRun, suite_export_runs
 from core.formatting import isoformat
@@ -30,6 +30,7 @@ from core.models import EXECUTIONS, SUITE_RUNS, SUITE_TASKS, SUITES, Suite, utcn
 from core.suite_summary import Progress, progress_of, run_rows, suite_results
 from core.vocabulary import ACTIVE
 from core.web.services import db_session, services
+from review.access import ReviewerDisabled, disabled_among
 
 blueprint = Blueprint("suites", __name__, url_prefix="/api/eval/suites")
 
@@ -77,6 +78,18 @@ def _validated_tasks(suite: SuiteIn, profiles: Any) -> list[tuple[dict[str, Any]
     return validated
 
 
+async def _refuse_disabled_reviewers(
+    session: AsyncSession, tasks: list[tuple[dict[str, Any], tuple[str, ...]]]
+) -> None:
+    """Refuse a suite whose tasks name a disabled account's address as a reviewer, as create does (one query)."""
+    fields = ("assignedReviewer", "backupReviewer")
+    found = await disabled_among(session, {body[field] for body, _ in tasks for field in fields if body.get(field)})
+    for index, (body, _) in enumerate(tasks):
+        for field in fields:
+            if body.get(field) in found:
+                raise _task_problem(index, disabled_reviewer_problem(ReviewerDisabled(field, body[field])))
+
+
 def suite_url(suite_id: str) -> str:
     return f"{base_url()}/suites/{suite_id}"
 
@@ -113,6 +126,7 @@ async def create_suite() -> tuple[dict[str, Any], int, dict[str, str]]:
             "planned in one suite",
         )
     caller, session = current_caller(), db_session()
+    await _refuse_disabled_reviewers(session, tasks)
     now = utcnow()
     suite_id = new_id("ste")
     await session.execute(
@@ -215,6 +229,7 @@ async def suite_record(session: AsyncSession, suite: Suite) -> dict[str, Any]:
 async def all_runs(session: AsyncSession, suite_id: str) -> list[dict[str, Any]]:
     """Every run of the suite as the API answers them, in the suite's order (the comparison page draws them all)."""
     return [_run_json(row) for row in await run_rows(session, suite_id)]
+
 
 @blueprint.get("/<suite_id>")
 @require_scope("eval:read")

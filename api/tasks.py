@@ -16,6 +16,7 @@ from api.schemas import MODEL_PROFILES, CreateTaskIn, parse_body
 from api.status_cache import serve_status
 from core.links import chat_url
 from core.web.services import db_session, services
+from review.access import ReviewerDisabled
 
 __all__ = ["CreatedExecution", "blueprint", "create_execution", "new_task"]
 
@@ -63,13 +64,29 @@ def new_task(task: CreateTaskIn) -> NewTask:
     )
 
 
+def disabled_reviewer_problem(error: ReviewerDisabled) -> ApiError:
+    """The 422 for a reviewer named who is a disabled account's address."""
+    detail = (
+        f"{error.email} is the address of an account an operator of this Vouch disabled: it can decide nothing, "
+        "so name another reviewer"
+    )
+    return ApiError(
+        422, "validation_failed", f"{error.field}: {detail}", errors=[{"pointer": f"/{error.field}", "detail": detail}]
+    )
+
+
 async def create_execution(
     session: AsyncSession, caller: Caller, task: CreateTaskIn, agent_model: str, *, concurrency_limit: int | None = None
 ) -> CreatedExecution:
-    """Insert a queued execution; with `concurrency_limit`, refuse (429) when the key has that many in progress."""
-    created = await insert_execution(
-        session, caller.user_id, caller.key_id, new_task(task), agent_model, concurrency_limit=concurrency_limit
-    )
+    """Insert a queued execution; with `concurrency_limit`, refuse (429) when the key has that many in progress.
+    A reviewer named who is a disabled account's address is refused (422)."""
+    try:
+        created = await insert_execution(
+            session, caller.user_id, caller.key_id, new_task(task), agent_model,
+            concurrency_limit=concurrency_limit, check_reviewers=True,
+        )  # fmt: skip
+    except ReviewerDisabled as error:
+        raise disabled_reviewer_problem(error) from None
     if created is None:
         assert concurrency_limit is not None  # only the slot condition can refuse the row
         raise await no_free_slot(session, caller.key_id, concurrency_limit)

@@ -51,6 +51,38 @@ def decider_rule(
     return sa.and_(named, ~_disabled(email))
 
 
+class ReviewerDisabled(Exception):
+    """A run names as its reviewer (`field`: assignedReviewer or backupReviewer) the address of an account an
+    operator disabled: they could decide nothing, and the run would wait for nobody."""
+
+    def __init__(self, field: str, email: str) -> None:
+        super().__init__(f"{field}: {email} is disabled")
+        self.field = field
+        self.email = email
+
+
+def none_disabled(*emails: sa.ColumnElement[str | None]) -> sa.ColumnElement[bool]:
+    """As SQL, the condition a new run's row is written under: none of `emails` (NULL: nobody named) is the address
+    of a disabled account."""
+    return ~sa.exists().where(_USERS.email.in_(emails), _USERS.disabled_at.is_not(None))
+
+
+async def refuse_disabled_reviewers(session: AsyncSession, **named: str | None) -> None:
+    """Raise ReviewerDisabled for the first of the reviewers named (by field) whose account is disabled."""
+    found = await disabled_among(session, {email for email in named.values() if email})
+    for field, email in named.items():
+        if email in found:
+            raise ReviewerDisabled(field, email)
+
+
+async def disabled_among(session: AsyncSession, emails: set[str]) -> set[str]:
+    """Those of `emails` that are the addresses of disabled accounts."""
+    if not emails:
+        return set()
+    query = sa.select(_USERS.email).where(_USERS.email.in_(sorted(emails)), _USERS.disabled_at.is_not(None))
+    return set(await session.scalars(query))
+
+
 async def disabled(session: AsyncSession, email: str) -> bool:
     """Whether `email` is a user's whom an operator disabled. An address with no account is not disabled:
     reviewers need no account to decide by mail."""
