@@ -29,9 +29,14 @@ def from_settings(settings: Settings) -> dict[str, Any]:
     }
 
 
+def no_usage() -> dict[str, Any]:
+    """What a run has used before its first turn."""
+    return {"steps": 0, "seconds": 0.0, "tokens": 0}
+
+
 def spend(state: dict[str, Any], *, steps: int = 0, seconds: float = 0.0, tokens: int = 0) -> None:
     """Count work against the run's budgets (checked before each turn by `enforce`)."""
-    usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
+    usage = state.setdefault("usage", no_usage())
     usage["steps"] += steps
     usage["seconds"] = round(usage["seconds"] + seconds, 3)
     usage["tokens"] += tokens
@@ -39,7 +44,7 @@ def spend(state: dict[str, Any], *, steps: int = 0, seconds: float = 0.0, tokens
 
 def enforce(state: dict[str, Any], settings: Settings) -> None:
     """BudgetExceeded once a budget is used up; a state without one gets the settings' (runs older than budgets)."""
-    usage = state.setdefault("usage", {"steps": 0, "seconds": 0.0, "tokens": 0})
+    usage = state.setdefault("usage", no_usage())
     budget = state.setdefault("budget", from_settings(settings))
     for name, unit, code in _BUDGETS:
         if usage[name] >= budget[name]:

@@ -254,7 +254,7 @@ class ExecutionRunner:
 
     def _initial_state(self, execution: Execution, checkpoints: list[Checkpoint]) -> dict[str, Any]:
         # The budget is fixed when the run starts: a later change of the settings does not move it.
-        budget, usage = budgets.from_settings(self.settings), {"steps": 0, "seconds": 0.0, "tokens": 0}
+        budget, usage = budgets.from_settings(self.settings), budgets.no_usage()
         if execution.agent_model == offline.MODEL_NAME:
             caller = [cp for cp in checkpoints if cp.origin == "caller"]
             return {**offline.initial_state(execution.task_description, caller), "budget": budget, "usage": usage}
