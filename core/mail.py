@@ -37,6 +37,19 @@ MAX_ATTEMPTS = 8
 _SEND_LEASE = timedelta(minutes=2)
 # The reply token a review mail carries in its subject (review/notify.py).
 REPLY_TAG = re.compile(r"\[vouch:([0-9a-f]{8,64})\]")
+# What a message keeps once it has left (sent, or given up on): its envelope, not its content. Review and sign-in
+# mail carry single-use tokens that the database otherwise holds only as digests (review/links.py); a copy of the
+# body would undo that for as long as the row lives.
+NOT_KEPT = "Vouch keeps no copy of a message's content once it has left the outbox: it held single-use links.\n"
+
+
+def without_content(message: MailMessage) -> dict[str, str | None]:
+    """The values that drop a message's content: its bodies and the reply token in its subject."""
+    return {"subject": without_reply_token(message.subject), "text_body": NOT_KEPT, "html_body": None}
+
+
+def without_reply_token(subject: str) -> str:
+    return REPLY_TAG.sub("", subject).rstrip()
 
 
 @dataclass(frozen=True)
@@ -179,7 +192,9 @@ async def deliver_due_mail(db: Database, target: SmtpTarget) -> int:
             await session.execute(
                 sa.update(MailMessage)
                 .where(MailMessage.id == message.id)
-                .values(status="sent", sent_at=utcnow(), last_error=None, next_attempt_at=None)
+                .values(
+                    status="sent", sent_at=utcnow(), last_error=None, next_attempt_at=None, **without_content(message)
+                )
             )
         sent += 1
     return sent
@@ -238,13 +253,14 @@ async def _record_failure(db: Database, message: MailMessage, reason: str, *, pe
                 status="failed" if give_up else "queued",
                 last_error=reason[:1000],
                 next_attempt_at=None if give_up else utcnow() + timedelta(seconds=delay),
+                **(without_content(message) if give_up else {}),
             )
         )
         if give_up and message.execution_id is not None:
             payload: MailFailed = {
                 "messageId": message.id,
                 "to": message.recipient,
-                "subject": message.subject,
+                "subject": without_reply_token(message.subject),
                 "reason": reason[:1000],
                 "attempts": message.attempts,
             }

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from aiosmtpd.controller import Controller
 
 from core.db import Database
-from core.mail import MAIL_CHANNEL, MAX_ATTEMPTS, SmtpTarget, deliver_due_mail, enqueue_mail, to_email
+from core.mail import MAIL_CHANNEL, MAX_ATTEMPTS, NOT_KEPT, SmtpTarget, deliver_due_mail, enqueue_mail, to_email
 from core.models import MailMessage, utcnow
 from tests.support.ports import free_port
 
@@ -123,7 +123,11 @@ async def test_smtp_delivery(db: Database, smtp_server: tuple[Collector, SmtpTar
     assert sent.attempts == 1
     assert sent.sent_at is not None
     assert (sent.last_error, sent.next_attempt_at) == (None, None)
-    assert (await row(db, dev_only.id)).status == "dev_mailbox"
+    assert (sent.recipient, sent.subject, sent.text_body, sent.html_body) == (
+        "reviewer@example.com", "Please review", NOT_KEPT, None
+    )
+    dev = await row(db, dev_only.id)
+    assert (dev.status, dev.text_body) == ("dev_mailbox", "A checkpoint awaits you.\n")
     # Nothing is due any more: a second round sends nothing.
     assert await deliver_due_mail(db, target) == 0
     assert len(collector.received) == 1
@@ -139,6 +143,26 @@ async def test_html_alternative_is_sent(db: Database, smtp_server: tuple[Collect
     plain = received.get_body(("plain",))
     assert html is not None and "<p>rich text</p>" in html.get_content()
     assert plain is not None and plain.get_content().replace("\r\n", "\n") == "plain text\n"
+
+
+async def test_a_sent_message_keeps_its_envelope_not_its_tokens(
+    db: Database, smtp_server: tuple[Collector, SmtpTarget]
+) -> None:
+    collector, target = smtp_server
+    token, link = "0123456789abcdef0123", "https://vouch.example/review/link/s3cr3t-link-token"
+    message = await enqueue(
+        db, "tokens:1", subject=f"Review needed: Note — Draft [vouch:{token}]", text_body=f"Approve: {link}\n",
+        html_body=f'<a href="{link}">Approve</a>',
+    )
+    assert await deliver_due_mail(db, target) == 1
+    ((_, _, received),) = collector.received
+    assert token in received["Subject"] and token in received["Reply-To"]
+    plain = received.get_body(("plain",))
+    assert plain is not None and link in plain.get_content()
+    stored = await row(db, message.id)
+    assert (stored.status, stored.subject, stored.text_body, stored.html_body) == (
+        "sent", "Review needed: Note — Draft", NOT_KEPT, None
+    )
 
 
 async def test_concurrent_dispatchers_send_each_message_once(
@@ -163,6 +187,7 @@ async def test_unreachable_server_leaves_the_message_queued_for_a_retry(db: Data
     assert stored.sent_at is None
     assert stored.next_attempt_at is not None
     assert stored.next_attempt_at > utcnow() + timedelta(seconds=2), "retries back off"
+    assert stored.text_body == "A checkpoint awaits you.\n", "a retry has its content to send"
     # Not due yet: another round does not hammer the server.
     assert await deliver_due_mail(db, target) == 0
     assert (await row(db, message.id)).attempts == 1
@@ -179,6 +204,7 @@ async def test_gives_up_after_the_last_attempt(db: Database) -> None:
     stored = await row(db, message.id)
     assert (stored.status, stored.attempts, stored.next_attempt_at) == ("failed", MAX_ATTEMPTS, None)
     assert stored.last_error
+    assert (stored.text_body, stored.html_body) == (NOT_KEPT, None), "given up on, it keeps no content either"
 
 
 def test_message_id_is_stable_per_message() -> None:

@@ -14,7 +14,7 @@ from aiosmtpd.controller import Controller
 
 from core.db import Database
 from core.ids import new_id
-from core.mail import MAX_ATTEMPTS, SmtpTarget, deliver_due_mail
+from core.mail import MAX_ATTEMPTS, NOT_KEPT, SmtpTarget, deliver_due_mail
 from core.models import Event, MailMessage, utcnow
 from core.settings import Settings
 from tests.conftest import make_account
@@ -141,11 +141,13 @@ async def test_a_permanent_refusal_fails_at_once_and_a_temporary_one_backs_off(
     refused = await row(db, gone.id)
     assert (refused.status, refused.attempts, refused.next_attempt_at) == ("failed", 1, None)
     assert refused.last_error is not None and "550" in refused.last_error
+    assert (refused.text_body, refused.html_body) == (NOT_KEPT, None)
 
     later = await row(db, busy.id)
     assert (later.status, later.attempts) == ("queued", 1)
     assert later.last_error is not None and "451" in later.last_error
     assert later.next_attempt_at is not None and later.next_attempt_at > utcnow() + timedelta(seconds=2)
+    assert later.text_body == "A checkpoint awaits you.\n"
 
 
 async def test_a_temporary_refusal_gives_up_after_the_last_attempt(

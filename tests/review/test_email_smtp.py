@@ -18,6 +18,7 @@ from tests.review.mail_support import (
     REPLY_TAG,
     REVIEWER,
     Sink,
+    chat_link_in,
     checkpoint_row,
     decisions,
     free_port,
@@ -89,6 +90,12 @@ async def test_mail_arrives_over_smtp_and_its_links_decide(service: Service, sin
         return True if (await review_mail(service, run.execution_id)).status == "sent" else None
 
     await until(marked_sent, timeout=10)
+    # Once sent, the outbox keeps none of the mail's tokens (the database holds their digests only), and the
+    # links still decide.
+    stored = await review_mail(service, run.execution_id)
+    kept = " ".join((stored.subject, stored.text_body, stored.html_body or ""))
+    tokens = [token.group(1), chat_link_in(text)[1], *(path.rsplit("/", 1)[1] for path in links.values())]
+    assert not [t for t in tokens if t in kept], kept
 
     browser = Browser(service.app)
     for path in links.values():
