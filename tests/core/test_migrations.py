@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -118,5 +119,49 @@ async def test_mail_bodies_are_compressed_in_place_and_back(database_url: str) -
         async with engine.connect() as conn:
             back = (await conn.execute(sa.text("SELECT text_body, html_body FROM mail_messages ORDER BY id"))).all()
             assert [tuple(row) for row in back] == [("plain é", html), ("only text", None)]
+    finally:
+        await engine.dispose()
+
+
+async def test_mail_that_left_before_0020_drops_its_content(database_url: str) -> None:
+    await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0019")
+    engine = make_engine(database_url)
+    body = zlib.compress(b"Approve: https://vouch.example/review/link/s3cr3t", 6)
+    rows = [
+        ("m1", "sent", "Review needed: Note [vouch:0123456789abcdef]"),
+        ("m2", "failed", "Review needed: Other [vouch:fedcba9876543210]"),
+        ("m3", "queued", "Review needed: Later [vouch:00112233445566778899]"),
+        ("m4", "dev_mailbox", "Review needed: Dev"),
+    ]
+    try:
+        async with engine.begin() as conn:
+            for message_id, status, subject in rows:
+                await conn.execute(
+                    sa.text(
+                        "INSERT INTO mail_messages (id, message_key, sender, recipient, subject, text_body, html_body,"
+                        " status, attempts, created_at) VALUES (:id, :id, 'a@x.test', 'b@x.test', :subject, :body,"
+                        " :body, :status, 1, CURRENT_TIMESTAMP)"
+                    ),
+                    {"id": message_id, "subject": subject, "body": body, "status": status},
+                )
+        await asyncio.to_thread(upgrade, database_url)
+        async with engine.connect() as conn:
+            mails = (
+                await conn.execute(
+                    sa.select(MailMessage.id, MailMessage.subject, MailMessage.text_body, MailMessage.html_body)
+                    .order_by(MailMessage.id)
+                )
+            ).all()
+        kept = "Approve: https://vouch.example/review/link/s3cr3t"
+        left, waiting = mails[:2], mails[2:]
+        assert [(mail.subject, mail.html_body) for mail in left] == [
+            ("Review needed: Note", None),
+            ("Review needed: Other", None),
+        ]
+        assert not [mail.text_body for mail in left if "s3cr3t" in mail.text_body or not mail.text_body]
+        assert [tuple(mail) for mail in waiting] == [
+            ("m3", "Review needed: Later [vouch:00112233445566778899]", kept, kept),
+            ("m4", "Review needed: Dev", kept, kept),
+        ]
     finally:
         await engine.dispose()
