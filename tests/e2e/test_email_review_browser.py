@@ -83,6 +83,7 @@ async def test_approve_from_the_dev_mailbox(settings: Settings, db: Database, ch
         await page.get_by_role("navigation").get_by_role("link", name="Mailbox").click()
         await expect(page).to_have_url(f"{base}/mailbox")
         await page.get_by_role("link", name="Review needed: Release note").click()
+        await expect(page).to_have_url(re.compile(r"/mailbox/msg_[0-9a-z]+$"))
         # The HTML part, as the recipient sees it; its Approve link leaves the sandboxed frame for the window.
         await page.frame_locator("iframe.mail-html").get_by_role("link", name="Approve").click()
         await expect(page).to_have_url(re.compile(r"/review/link/[A-Za-z0-9_-]+$"))
