@@ -3,11 +3,21 @@ as the recipient would see it, and its links work."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 
+from core.mail import SmtpTarget, deliver_due_mail, enqueue_mail
 from tests.conftest import Service
-from tests.review.mail_support import REVIEWER, decisions, execution_status, links_in, paused_run, review_mail
+from tests.review.mail_support import (
+    REVIEWER,
+    decisions,
+    execution_status,
+    links_in,
+    paused_run,
+    review_mail,
+    smtp_sink,
+)
 from tests.web.browser import Browser, signed_in_browser
 
 SRCDOC = re.compile(r'srcdoc="([^"]*)"')
@@ -43,6 +53,29 @@ async def test_the_recipient_reads_the_review_mail_and_its_links_work(service: S
     (decision,) = await decisions(service, run.checkpoint_id)
     assert (decision.decision, decision.via, decision.decided_by) == ("approve", "email", REVIEWER)
     assert await execution_status(service, run.execution_id) in ("running", "completed")
+
+
+async def test_a_message_that_has_left_shows_its_envelope_and_no_token(service: Service) -> None:
+    link, reply = "https://vouch.example/review/link/s3cr3t-link", "0123456789abcdef"
+    async with service.db.transaction() as session:
+        message = await enqueue_mail(
+            session,
+            message_key="left:1",
+            sender="Vouch <vouch@vouch.test>",
+            recipient=REVIEWER,
+            subject=f"Review needed: Note [vouch:{reply}]",
+            text_body=f"Approve: {link}\n",
+            html_body=f'<a href="{link}">Approve</a>',
+            smtp_configured=True,
+        )
+    with smtp_sink(asyncio.get_running_loop()) as (sink, port):
+        assert await deliver_due_mail(service.db, SmtpTarget.from_url(f"smtp://127.0.0.1:{port}")) == 1
+    assert len(sink.envelopes) == 1
+    reviewer, _ = await signed_in_browser(service.app, service.db, service.settings.secret_key, REVIEWER)
+    page = await reviewer.get(f"/mailbox/{message.id}")
+    assert page.status == 200
+    assert "Review needed: Note" in page.text and "Sent to your mail server" in page.text
+    assert "s3cr3t" not in page.text and reply not in page.text and "<iframe" not in page.text
 
 
 async def test_others_see_neither_the_message_nor_its_listing(service: Service) -> None:
