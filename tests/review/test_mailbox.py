@@ -74,7 +74,7 @@ async def test_a_message_that_has_left_shows_its_envelope_and_no_token(service: 
     reviewer, _ = await signed_in_browser(service.app, service.db, service.settings.secret_key, REVIEWER)
     page = await reviewer.get(f"/mailbox/{message.id}")
     assert page.status == 200
-    assert "Review needed: Note" in page.text and "Sent to your mail server" in page.text
+    assert "Review needed: Note" in page.text and "Sent by mail" in page.text
     assert "s3cr3t" not in page.text and reply not in page.text and "<iframe" not in page.text
 
 
