@@ -23,10 +23,12 @@ from core.models import Checkpoint, Execution, ReviewTimer, User
 
 _TIMERS = cast(sa.Table, ReviewTimer.__table__).c
 _USERS = cast(sa.Table, User.__table__).c
+# What makes an account disabled (`vouch users disable`), for every question below that asks it.
+_IS_DISABLED = _USERS.disabled_at.is_not(None)
 
 
 def _disabled(email: sa.ColumnElement[str]) -> sa.Exists:
-    return sa.exists().where(_USERS.email == email, _USERS.disabled_at.is_not(None))
+    return sa.exists().where(_USERS.email == email, _IS_DISABLED)
 
 
 def decider_rule(
@@ -64,7 +66,7 @@ class ReviewerDisabled(Exception):
 def none_disabled(*emails: sa.ColumnElement[str | None]) -> sa.ColumnElement[bool]:
     """As SQL, the condition a new run's row is written under: none of `emails` (NULL: nobody named) is the address
     of a disabled account."""
-    return ~sa.exists().where(_USERS.email.in_(emails), _USERS.disabled_at.is_not(None))
+    return ~sa.exists().where(_USERS.email.in_(emails), _IS_DISABLED)
 
 
 async def refuse_disabled_reviewers(session: AsyncSession, **named: str | None) -> None:
@@ -79,7 +81,7 @@ async def disabled_among(session: AsyncSession, emails: set[str]) -> set[str]:
     """Those of `emails` that are the addresses of disabled accounts."""
     if not emails:
         return set()
-    query = sa.select(_USERS.email).where(_USERS.email.in_(sorted(emails)), _USERS.disabled_at.is_not(None))
+    query = sa.select(_USERS.email).where(_USERS.email.in_(sorted(emails)), _IS_DISABLED)
     return set(await session.scalars(query))
 
 
