@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
@@ -13,10 +15,19 @@ from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, GradeIn, parse_body
 from api.tasks import json_body
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
+from core.db import commits_alone, in_a_transaction_again
 from core.models import CHECKPOINTS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
-from core.web.services import db_session
-from review import AlreadyDecided, DecisionError, InvalidInput, NotReviewer, UnknownCheckpoint, decide
+from core.web.services import db_session, services
+from review import (
+    AlreadyDecided,
+    DecisionError,
+    InvalidInput,
+    NotDecidedAlone,
+    NotReviewer,
+    UnknownCheckpoint,
+    decide,
+)
 from review.access import decider_rule, may_decide
 
 blueprint = Blueprint("decisions", __name__, url_prefix="/api/eval/executions")
@@ -29,6 +40,7 @@ _DECIDING = DirectStatement(
         EXECUTIONS.c.user_id,
         EXECUTIONS.c.assigned_reviewer,
         CHECKPOINTS.c.id.label("checkpoint_id"),
+        CHECKPOINTS.c.attempt,
         decider_rule(
             sa.bindparam("by", type_=sa.String()),
             EXECUTIONS.c.assigned_reviewer,
@@ -89,6 +101,7 @@ class _Deciding(NamedTuple):
     user_id: str
     assigned_reviewer: str | None
     checkpoint_id: str | None
+    attempt: int | None
     may_decide: Any  # a boolean, or SQLite's 0 or 1
 
 
@@ -103,6 +116,9 @@ async def _decide(
     then, so that someone who may not see the execution learns nothing from a 422)."""
     caller = current_caller()
     session = db_session()
+    # Where the database can, this statement and, for a plain approval, the decision each commit by themselves:
+    # two round trips, no BEGIN and no COMMIT (issue 25). Anything else goes back to a transaction below.
+    alone = await commits_alone(session)
     # One Core statement for the execution, this checkpoint of it and the rule (issue 25: each was a statement).
     parameters = {"execution_id": execution_id, "checkpoint_id": checkpoint_id, "by": caller.email}
     rows = await run_direct(session, lambda cursor: cursor.execute(_DECIDING, parameters))
@@ -126,19 +142,31 @@ async def _decide(
             f"only the assigned reviewer ({found.assigned_reviewer}) may decide",
         )
     decision, comment, edited_args, rating, labels = await read()
+    deciding = functools.partial(
+        decide,
+        session,
+        checkpoint_id,
+        decision,
+        by=caller.email,
+        via=Channel.API,
+        comment=comment,
+        remote_addr=request.remote_addr,
+        edited_args=edited_args,
+        rating=rating,
+        labels=labels,
+    )
     try:
-        record = await decide(
-            session,
-            checkpoint_id,
-            decision,
-            by=caller.email,
-            via=Channel.API,
-            comment=comment,
-            remote_addr=request.remote_addr,
-            edited_args=edited_args,
-            rating=rating,
-            labels=labels,
-        )
+        record = None
+        if alone:
+            with contextlib.suppress(NotDecidedAlone):
+                record = await deciding(attempt=found.attempt, execution_id=execution_id)
+                # Its statement committed by itself: the wake-up goes out now, and the worker goes on while the
+                # answer is built, not after it at the request's commit point.
+                await services().db.commit(session)
+        if record is None:
+            if alone:
+                await in_a_transaction_again(session)
+            record = await deciding()
     except InvalidInput as exc:
         # A reject without a comment, an edit of a rejection, an argument the tool would refuse: the field named.
         field = exc.pointer.lstrip("/").replace("/", ".")

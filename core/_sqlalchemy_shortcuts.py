@@ -25,10 +25,11 @@ create → first step from 2.9 to 4.7 ms.
 What it relies on, as read in SQLAlchemy 2.1.9 (pyproject.toml caps it below 2.2 for this module; read this code
 again before widening the range), each pinned by tests/core/test_library_shortcuts.py:
 
-- `ClauseElement.compile(dialect=, column_keys=)` gives a `SQLCompiler` with `positiontup` (bind names in the
-  driver's order), `binds` (name → `BindParameter`, with `required` and `effective_value`), `_bind_processors`
-  (name → the processor `Connection.execute` would apply), `insert_prefetch` / `update_prefetch` (columns the
-  execution context would fill in) and `literal_execute_params`; `dialect.loaded_dbapi`;
+- `ClauseElement.compile(dialect=, column_keys=)` (None: only the values the statement names are set) gives a
+  `SQLCompiler` with `positiontup` (bind names in the driver's order), `binds` (name → `BindParameter`, with
+  `required` and `effective_value`), `_bind_processors` (name → the processor `Connection.execute` would apply),
+  `insert_prefetch` / `update_prefetch` (columns the execution context would fill in) and
+  `literal_execute_params`; `dialect.loaded_dbapi`;
   `DBAPIError.instance(statement, params, orig, dbapi_base_err, dialect=)`, which maps a driver's error to
   SQLAlchemy's class for it (IntegrityError, …);
 - `sqlalchemy.dialects.sqlite.aiosqlite`: `AsyncAdapt_aiosqlite_dbapi.connect(*args, async_creator_fn=…)` (what
@@ -88,8 +89,15 @@ class _Compiled:
 class DirectStatement:
     """A Core statement for `run_direct` (see the module's text)."""
 
-    def __init__(self, statement: sa.Insert | sa.Update | sa.Delete | sa.Select[Any]) -> None:
+    def __init__(
+        self, statement: sa.Insert | sa.Update | sa.Delete | sa.Select[Any], *, sets_from_parameters: bool = True
+    ) -> None:
+        """`sets_from_parameters`: as `Connection.execute` does, a parameter named like a column of a table the
+        statement writes (its own, or a data-modifying CTE's) sets that column (SQLAlchemy's `column_keys`). False
+        for a statement that names every value it sets: its parameters then only fill its bind parameters, and
+        one named `execution_id` does not set the column of that name of every table it updates."""
         self.statement = statement
+        self.sets_from_parameters = sets_from_parameters
         self._compiled: dict[tuple[str, tuple[str, ...]], _Compiled] = {}
 
     def compiled_for(self, dialect: Dialect, columns: tuple[str, ...]) -> _Compiled:
@@ -97,7 +105,8 @@ class DirectStatement:
         found = self._compiled.get(key)
         if found is not None:
             return found
-        compiled = self.statement.compile(dialect=dialect, column_keys=list(columns))
+        column_keys = list(columns) if self.sets_from_parameters else None
+        compiled = self.statement.compile(dialect=dialect, column_keys=column_keys)
         if not isinstance(compiled, SQLCompiler) or compiled.positiontup is None:
             raise ValueError(f"{dialect.name}: DirectStatement needs a positional DBAPI")
         expanding = any(bind.expanding for bind in compiled.binds.values())

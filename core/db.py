@@ -102,6 +102,21 @@ async def commits_alone(session: AsyncSession) -> bool:
     return await backend_of(session).commit_alone(session)
 
 
+async def committing_alone(session: AsyncSession) -> bool:
+    """Whether `session`'s statements commit by themselves now (`commits_alone` made them so)."""
+    if not session.in_transaction():
+        return False
+    connection = (await session.connection()).sync_connection
+    return connection is not None and connection.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+
+
+async def in_a_transaction_again(session: AsyncSession) -> None:
+    """After statements that committed by themselves (`commits_alone`), `session`'s next one begins a transaction
+    as usual: the connection goes back to the pool, which restores its isolation level. What was queued to go out
+    after the commit stays queued for the session's commit."""
+    await session.commit()
+
+
 def event_after_commit(session: AsyncSession | Alone, message: dict[str, Any]) -> None:
     """Queue an event's wire message for the event sinks, sent only if, and after, the session commits (or its
     statement, alone)."""

@@ -10,7 +10,7 @@ from review.decision_errors import (
     UnknownCheckpoint,
 )
 from review.decision_records import DecisionRecord
-from review.decisions import decide
+from review.decisions import NotDecidedAlone, decide
 
 __all__ = [
     "AlreadyDecided",
@@ -19,6 +19,7 @@ __all__ = [
     "ExecutionNotWaiting",
     "InvalidInput",
     "NotAwaitingReview",
+    "NotDecidedAlone",
     "NotReviewer",
     "UnknownCheckpoint",
     "decide",

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import functools
+from datetime import datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core._sqlalchemy_shortcuts import DirectStatement, run_direct
+from core._sqlalchemy_shortcuts import run_direct
 from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
-from core.db import publish_after_commit
+from core.db import committing_alone, publish_after_commit
 from core.event_payloads import (
     CheckpointDecided,
     CheckpointRevisionRequested,
@@ -19,12 +19,12 @@ from core.event_payloads import (
     ExecutionRejected,
     TypedEvent,
 )
-from core.events import append_events_returning, seq_allocation
+from core.events import AddedEvent, append_events_returning
 from core.ids import new_id
-from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, Checkpoint, Execution, UTCDateTime, utcnow
-from core.run_entry import OFFLINE_ENTRY_RETURNING, Resume, entry_of
+from core.models import CHECKPOINTS, DECISIONS, Checkpoint, Execution, utcnow
+from core.run_entry import Resume, entry_of
+from core.trace_outbox import traces_on
 from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
-from review.access import decider_rule
 from review.decision_errors import (
     AlreadyDecided,
     DecisionError,
@@ -36,63 +36,12 @@ from review.decision_errors import (
 )
 from review.decision_input import REJECT_NEEDS_COMMENT, checked_edits, checked_grade
 from review.decision_records import DecisionRecord, decision_for
+from review.decision_statements import APPROVED_ALONE, REVISIONS, WHY_NOT, allocation, compare_and_set
 from review.grading import grade_given
 
 Verdict = Literal["approve", "reject"]
 # "cancel" is the deadline's third policy only (onDeadline=cancel); people approve or reject.
 Outcome = Literal["approve", "reject", "cancel"]
-
-
-# Whether the deciding person (parameter `by`) may decide this attempt (`checkpoint_id`, `attempt`), on the
-# execution's row: the one rule (review/access.py) over its reviewer columns.
-_RULE_ON_ROW = decider_rule(
-    sa.bindparam("by", type_=sa.String()),
-    EXECUTIONS.c.assigned_reviewer,
-    EXECUTIONS.c.backup_reviewer,
-    sa.bindparam("checkpoint_id", type_=sa.String()),
-    sa.bindparam("attempt", type_=sa.Integer()),
-)
-
-
-# What a decision that lets its run go on returns for the worker's wake-up (`core.run_entry.Resume`): the lease
-# epoch, then what the run needs to go on.
-_RESUMING = (EXECUTIONS.c.lease_epoch, *OFFLINE_ENTRY_RETURNING)
-
-
-@functools.cache
-def _allocation(person: bool, moves: bool, resuming: bool = False) -> DirectStatement:
-    """The seqs of a decision's events, taken where the rule lets a `person` decide and, when the answer `moves`
-    the execution on, only while it waits for this decision, moving it (parameters `end_status`, `completed_at`);
-    `resuming`, returning what the wake-up of a run let go on carries (`_RESUMING`)."""
-    where = [_RULE_ON_ROW] if person else []
-    if not moves:
-        return seq_allocation(*where)
-    return seq_allocation(
-        *where,
-        EXECUTIONS.c.status == "awaiting_review",
-        returning=_RESUMING if resuming else (),
-        status=sa.bindparam("end_status"),
-        completed_at=sa.bindparam("completed_at", type_=UTCDateTime()),
-        worker_id=None,
-        lease_until=None,
-    )
-
-
-@functools.cache
-def _compare_and_set(asked: bool, proposed: bool) -> DirectStatement:
-    """The checkpoint's status moved `from_status` → `new_status` (at attempt `asked`, when the caller names one),
-    handing back its execution, attempt and origin, and with `proposed` its next action."""
-    checkpoints = CHECKPOINTS.c
-    where = [checkpoints.id == sa.bindparam("checkpoint_id"), checkpoints.status == sa.bindparam("from_status")]
-    if asked:
-        where.append(checkpoints.attempt == sa.bindparam("asked"))
-    against = (checkpoints.origin, *([checkpoints.next_action] if proposed else ()))
-    return DirectStatement(
-        sa.update(CHECKPOINTS)
-        .where(*where)
-        .values(status=sa.bindparam("new_status"))
-        .returning(checkpoints.execution_id, checkpoints.attempt, *against)
-    )
 
 
 def _won(session: AsyncSession, rows: list[tuple[Any, ...]]) -> tuple[Any, ...] | None:
@@ -105,20 +54,6 @@ def _won(session: AsyncSession, rows: list[tuple[Any, ...]]) -> tuple[Any, ...] 
     dialect = session.get_bind().dialect
     decode = CHECKPOINTS.c.next_action.type.dialect_impl(dialect).result_processor(dialect, None)
     return (*row[:3], decode(row[3]) if decode is not None else row[3])
-
-
-# Why the allocation matched nothing: the execution's status, and whether the rule lets `by` decide.
-_WHY_NOT = sa.select(EXECUTIONS.c.status, _RULE_ON_ROW).where(EXECUTIONS.c.id == sa.bindparam("execution_id"))
-
-# What a rejection's outcome depends on: the execution's revision limit, whether its agent reads comments, and
-# how many rejections the checkpoint had before this one.
-_REVISIONS = sa.select(
-    EXECUTIONS.c.max_revisions,
-    EXECUTIONS.c.reads_comments,
-    sa.select(sa.func.count())
-    .where(DECISIONS.c.checkpoint_id == sa.bindparam("checkpoint_id"), DECISIONS.c.decision == "reject")
-    .scalar_subquery(),
-).where(EXECUTIONS.c.id == sa.bindparam("execution_id"))
 
 
 def _checked_answer(
@@ -157,6 +92,7 @@ async def decide(
     comment: str = "",
     remote_addr: str | None = None,
     attempt: int | None = None,
+    execution_id: str | None = None,
     edited_args: dict[str, Any] | None = None,
     rating: Any = None,
     labels: Any = None,
@@ -186,6 +122,13 @@ async def decide(
     `/labels`). A checkpoint of origin `grade` (the `human` scorer's "Grade the result", after the run ended)
     is answered the same way, approve = pass and reject = fail (no comment required), and its answer records
     the run's verdict (review/grading.py) instead of moving the execution.
+
+    Given `execution_id`, in a session whose statements commit by themselves (core.db.commits_alone), a person's
+    plain approval (no edits) of the `attempt` they were shown, of that execution's checkpoint, is one statement
+    (decision_statements.APPROVED_ALONE): no BEGIN, no COMMIT and no compare-and-set of its own. Anything else, and
+    an approval that statement does not take (for whatever reason: it writes nothing then), raises
+    NotDecidedAlone: the caller goes back to a transaction (core.db.in_a_transaction_again) and decides as usual,
+    which gives the answer's precise reason.
     """
     if decision not in ("approve", "reject", "cancel"):
         raise DecisionError(f"decision must be 'approve' or 'reject', not {decision!r}")
@@ -194,6 +137,13 @@ async def decide(
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
     rating, labels = checked_grade(rating, labels)
+    if execution_id is not None and await committing_alone(session):
+        if attempt is None:
+            raise ValueError("a decision alone answers a known attempt")
+        if not (via in PERSON_CHANNELS and decision == "approve" and edited_args is None and not traces_on(session)):
+            raise NotDecidedAlone(checkpoint_id)
+        return await _approved_alone(session, execution_id, checkpoint_id, attempt, by, via, comment, remote_addr,
+                                     rating, labels)
     from_status = "pending" if via == "auto" else "awaiting_review"
     new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
     if via == "auto":
@@ -205,7 +155,7 @@ async def decide(
     # comes back from the compare-and-set itself: no read before it. An answer refused by those checks raises
     # before anything else is decided, and the caller's rollback undoes the compare-and-set, as for NotReviewer.
     against = (checkpoints.origin, *([checkpoints.next_action] if edited_args is not None else ()))
-    swap = _compare_and_set(attempt is not None, edited_args is not None)
+    swap = compare_and_set(attempt is not None, edited_args is not None)
     swapped = {"checkpoint_id": checkpoint_id, "from_status": from_status, "new_status": new_status, "asked": attempt}
     if attempt is None:
         del swapped["asked"]
@@ -231,38 +181,10 @@ async def decide(
     grading, original_args, edited_args = _checked_answer(decision, via, comment, edited_args, *won[2:])
     execution_id, current_attempt = won[0], won[1]
     now = utcnow()
-    row: dict[str, Any] = {
-        "id": new_id("dec"),
-        "checkpoint_id": checkpoint_id,
-        "attempt": current_attempt,
-        "execution_id": execution_id,
-        "decision": decision,
-        "decided_by": by,
-        "via": via,
-        "comment": comment,
-        "remote_addr": remote_addr,
-        "decided_at": now,
-        "original_args": original_args,
-        "edited_args": edited_args,
-        "rating": rating,
-        "labels": labels,
-    }
-    record = DecisionRecord(
-        checkpoint_id=checkpoint_id,
-        decision=decision,
-        by=by,
-        via=via,
-        at=now,
-        comment=comment,
-        attempt=current_attempt,
-        remote_addr=remote_addr,
-        original_args=original_args,
-        edited_args=edited_args,
-        rating=rating,
-        labels=list(labels) if labels is not None else None,
+    record, row, events = _answered(
+        execution_id, checkpoint_id, current_attempt, decision, by, via, comment, remote_addr, now,
+        original_args, edited_args, rating, labels,
     )
-    decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
-    events: list[TypedEvent] = [(EventType.CHECKPOINT_DECIDED, decided)]
     person = via in PERSON_CHANNELS
     # The automatic pass and a grade record the answer only; every other answer moves the execution on.
     moves = via != Channel.AUTO and not grading
@@ -271,7 +193,7 @@ async def decide(
     if moves:
         if decision == "reject" and via != "timeout":
             limit, reads, rejected_before = (
-                await session.execute(_REVISIONS, {"execution_id": execution_id, "checkpoint_id": checkpoint_id})
+                await session.execute(REVISIONS, {"execution_id": execution_id, "checkpoint_id": checkpoint_id})
             ).one()
             revise = reads and rejected_before + 1 <= (limit or 0)  # this rejection counted
         end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[
@@ -289,13 +211,13 @@ async def decide(
         session,
         execution_id,
         events,
-        allocation=_allocation(person, moves, resuming),
+        allocation=allocation(person, moves, resuming),
         parameters=parameters,
         companions=[Companion(DECISIONS, row)],
     )
     if added is None:
         # The caller's transaction rolls back on these errors: the compare-and-set above goes with it.
-        status, allowed = (await session.execute(_WHY_NOT, {**parameters, "execution_id": execution_id})).one()
+        status, allowed = (await session.execute(WHY_NOT, {**parameters, "execution_id": execution_id})).one()
         if person and not allowed:
             raise NotReviewer(f"{by} may not decide this checkpoint; only its current reviewer may")
         raise ExecutionNotWaiting(f"the execution is {status}; it no longer waits for this decision")
@@ -307,13 +229,7 @@ async def decide(
             .values(status="pending", attempt=current_attempt + 1)
         )
     if end_status == "running":
-        wake: dict[str, Any] = {"executionId": execution_id}
-        if resuming:
-            epoch, *entry = added[1]
-            last_seq = added[0][-1].seq
-            dialect = session.get_bind().dialect
-            wake["resume"] = Resume(epoch, last_seq, entry_of(dialect, execution_id, tuple(entry))).as_json()
-        publish_after_commit(session, WAKE_CHANNEL, wake)
+        _wake(session, execution_id, added if resuming else None)
     if grading:
         await grade_given(session, execution_id, record)
     return record
@@ -344,3 +260,101 @@ def _outcome_events(
         cancelled: ExecutionCancelled = {"status": "cancelled", "by": by, "via": via}
         return [(EventType.EXECUTION_CANCELLED, cancelled)]
     return []
+
+
+class NotDecidedAlone(Exception):
+    """A decision in a session whose statements commit by themselves was not taken: it is not a person's plain
+    approval, or its one statement matched nothing. Nothing was written; decide in a transaction."""
+
+
+async def _approved_alone(
+    session: AsyncSession,
+    execution_id: str,
+    checkpoint_id: str,
+    attempt: int,
+    by: str,
+    via: Channel,
+    comment: str,
+    remote_addr: str | None,
+    rating: int | None,
+    labels: list[str] | None,
+) -> DecisionRecord:
+    """A person's plain approval as one statement (`decide`; decision_statements.APPROVED_ALONE)."""
+    record, row, events = _answered(
+        execution_id, checkpoint_id, attempt, "approve", by, via, comment, remote_addr, utcnow(), None, None,
+        rating, labels,
+    )
+    parameters = {"by": by, "checkpoint_id": checkpoint_id, "attempt": attempt, "end_status": "running",
+                  "completed_at": None}
+    added = await append_events_returning(
+        session, execution_id, events, allocation=APPROVED_ALONE, parameters=parameters,
+        companions=[Companion(DECISIONS, row)],
+    )
+    if added is None:
+        raise NotDecidedAlone(checkpoint_id)
+    _wake(session, execution_id, added)
+    return record
+
+
+def _answered(
+    execution_id: str,
+    checkpoint_id: str,
+    attempt: int,
+    decision: Outcome,
+    by: str,
+    via: Channel,
+    comment: str,
+    remote_addr: str | None,
+    now: datetime,
+    original_args: dict[str, Any] | None,
+    edited_args: dict[str, Any] | None,
+    rating: int | None,
+    labels: list[str] | None,
+) -> tuple[DecisionRecord, dict[str, Any], list[TypedEvent]]:
+    """The answer as it is shown, its row, and its event."""
+    row: dict[str, Any] = {
+        "id": new_id("dec"),
+        "checkpoint_id": checkpoint_id,
+        "attempt": attempt,
+        "execution_id": execution_id,
+        "decision": decision,
+        "decided_by": by,
+        "via": via,
+        "comment": comment,
+        "remote_addr": remote_addr,
+        "decided_at": now,
+        "original_args": original_args,
+        "edited_args": edited_args,
+        "rating": rating,
+        "labels": labels,
+    }
+    record = DecisionRecord(
+        checkpoint_id=checkpoint_id,
+        decision=decision,
+        by=by,
+        via=via,
+        at=now,
+        comment=comment,
+        attempt=attempt,
+        remote_addr=remote_addr,
+        original_args=original_args,
+        edited_args=edited_args,
+        rating=rating,
+        labels=list(labels) if labels is not None else None,
+    )
+    decided: CheckpointDecided = {"checkpointId": checkpoint_id, **record.as_json()}
+    return record, row, [(EventType.CHECKPOINT_DECIDED, decided)]
+
+
+def _wake(
+    session: AsyncSession, execution_id: str, resumed: tuple[list[AddedEvent], tuple[Any, ...]] | None
+) -> None:
+    """After the commit, the wake-up of a run let go on; with what the statement that `resumed` it returned
+    (`RESUMING`), the run as it left it, for the worker to take over with its first step."""
+    wake: dict[str, Any] = {"executionId": execution_id}
+    if resumed is not None:
+        added, more = resumed
+        epoch, *entry = more
+        dialect = session.get_bind().dialect
+        wake["resume"] = Resume(epoch, added[-1].seq, entry_of(dialect, execution_id, tuple(entry))).as_json()
+    publish_after_commit(session, WAKE_CHANNEL, wake)

@@ -91,7 +91,7 @@ def _allocate_and_insert(allocation: DirectStatement, count: int, companions: tu
         values = sa.select(*(sa.bindparam(f"c{i}_{name}", type_=table.c[name].type) for name in names))
         written = companion_insert(postgresql.insert(table), shape, values.select_from(allocated))
         statement = statement.add_cte(written.cte(f"companion_{i}"))
-    return DirectStatement(statement)
+    return DirectStatement(statement, sets_from_parameters=allocation.sets_from_parameters)
 
 
 class PostgresBackend(Backend):

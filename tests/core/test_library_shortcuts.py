@@ -108,6 +108,22 @@ def test_the_compiler_exposes_binds_processors_and_what_the_execution_context_wo
     assert literal.compile(dialect=dialect).literal_execute_params
 
 
+@pytest.mark.parametrize("dialect_name", ["sqlite", "postgresql"])
+def test_a_parameter_named_like_a_column_sets_it_unless_the_statement_names_its_values(dialect_name: str) -> None:
+    """As `Connection.execute` (SQLAlchemy's `column_keys`), a parameter named like a column the statement writes
+    sets that column too; compiled without column keys (`sets_from_parameters=False`), only its own values."""
+    dialect = (
+        sa.dialects.sqlite.aiosqlite.dialect() if dialect_name == "sqlite" else sa.dialects.postgresql.asyncpg.dialect()
+    )
+    statement = sa.update(NOTES).where(NOTES.c.id == sa.bindparam("wanted")).values(kind=sa.bindparam("new_kind"))
+    names = ("wanted", "new_kind", "doc")
+    as_execute = DirectStatement(statement).compiled_for(dialect, names)
+    assert [name for name, _, _ in as_execute.slots] == ["doc", "new_kind", "wanted"]  # in the table's order
+    named = DirectStatement(statement, sets_from_parameters=False).compiled_for(dialect, names)
+    assert [name for name, _, _ in named.slots] == ["new_kind", "wanted"]
+    assert "doc" not in named.sql
+
+
 async def test_a_drivers_error_comes_out_as_sqlalchemys_class_for_it(notes_db: Database) -> None:
     row = {"id": 1, "doc": {}, "at": AT, "kind": "k", "stamped": "s"}
     insert = DirectStatement(sa.insert(NOTES))
