@@ -82,12 +82,12 @@ REVISIONS = sa.select(
 
 
 # A person's plain approval of an attempt they know of (`attempt`, of `checkpoint_id`, of `execution_id`), as one
-# statement that commits by itself (PostgreSQL; review.decide, `decide_alone`): the checkpoint's compare-and-set,
+# statement that commits by itself (PostgreSQL; review.decide in a session alone): the checkpoint's compare-and-set,
 # the execution let go on (returning what its wake-up carries), and, from it, the events and the decision row.
 # Its conditions are the other path's, each on the rows as they stand: the checkpoint awaits review at that attempt
 # and is not a grade, the execution waits for it, the rule lets `by` decide, and nothing is due with the events
 # (no webhook, no verdict awaited: QUIET), as a statement alone writes nothing more.
-# Both rows are locked first, together, and the statement never waits for a lock (SKIP LOCKED): a lock held by
+# Both rows are locked before either is written, and the statement never waits for a lock (SKIP LOCKED): a lock held by
 # someone else makes it match nothing, and the caller decides in a transaction as usual. Waiting could deadlock
 # with that path, which locks the checkpoint first and the execution second. Locked, the rows cannot change
 # between the compare-and-set and the execution's move, so one is written only with the other.

@@ -1,6 +1,6 @@
 """An approval over the API where the database commits statements by themselves (PostgreSQL): one statement that
 locks the checkpoint and its execution together, waits for no lock, and leaves the rest to the transactional path
-(review.decide, `decide_alone`). What must hold whichever way a decision is taken: a checkpoint is approved only
+(review.decide in a session alone). What must hold whichever way a decision is taken: a checkpoint is approved only
 with its decision row and event, and a decision never deadlocks with one taken in a transaction."""
 
 from __future__ import annotations
