@@ -32,6 +32,9 @@ async def test_timeline_has_one_bar_per_review_wait(settings: Settings, db: Data
         await page.get_by_label("E-mail").fill(EMAIL)
         await page.get_by_label("Password").fill(PASSWORD)
         await page.get_by_role("button", name="Sign in").click()
+        # Signed in (the form's answer has landed) before the next click: a click on the sign-in page's own
+        # navigation could otherwise be overtaken by that answer.
+        await expect(page).to_have_url(f"{base}/keys")
         await page.get_by_role("link", name="Executions").first.click()
         await expect(page).to_have_url(f"{base}/executions")
         await page.get_by_label("Name").fill("two")

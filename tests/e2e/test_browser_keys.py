@@ -141,6 +141,7 @@ async def test_pages_work_without_javascript(settings: Settings, db: Database, c
         await page.get_by_label("E-mail").fill(EMAIL)
         await page.get_by_label("Password").fill(PASSWORD)
         await page.get_by_role("button", name="Sign in").click()
+        await expect(page).to_have_url(f"{base}/keys")  # signed in before going on
         await page.goto("/keys/new")
         await page.get_by_label("Name").fill("no-js key")
         await page.get_by_role("button", name="Create key").click()

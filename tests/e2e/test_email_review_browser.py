@@ -80,6 +80,9 @@ async def test_approve_from_the_dev_mailbox(settings: Settings, db: Database, ch
         await page.get_by_label("E-mail").fill(REVIEWER)
         await page.get_by_label("Password").fill(PASSWORD)
         await page.get_by_role("button", name="Sign in").click()
+        # Signed in (the form's answer has landed) before the next click: a click on the sign-in page's own
+        # navigation could otherwise be overtaken by that answer.
+        await expect(page).to_have_url(f"{base}/keys")
         await page.get_by_role("navigation").get_by_role("link", name="Mailbox").click()
         await expect(page).to_have_url(f"{base}/mailbox")
         await page.get_by_role("link", name="Review needed: Release note").click()
