@@ -119,8 +119,8 @@ APPROVED_ALONE = DirectStatement(
     seq_allocation(
         EXECUTIONS.c.id == _APPROVED.c.execution_id,
         returning=RESUMING,
-        status=sa.bindparam("end_status"),
-        completed_at=sa.bindparam("completed_at", type_=UTCDateTime()),
+        status="running",
+        completed_at=None,
         worker_id=None,
         lease_until=None,
     ).statement,

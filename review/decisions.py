@@ -284,8 +284,7 @@ async def _approved_alone(
         execution_id, checkpoint_id, attempt, "approve", by, via, comment, remote_addr, utcnow(), None, None,
         rating, labels,
     )
-    parameters = {"by": by, "checkpoint_id": checkpoint_id, "attempt": attempt, "end_status": "running",
-                  "completed_at": None}
+    parameters = {"by": by, "checkpoint_id": checkpoint_id, "attempt": attempt}
     added = await append_events_returning(
         session, execution_id, events, allocation=APPROVED_ALONE, parameters=parameters,
         companions=[Companion(DECISIONS, row)],
