@@ -50,7 +50,11 @@ _RETURNED_AT = "vouch_returned_at"
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if url.startswith("sqlite"):
         return make_sqlite_engine(url, **kwargs)
-    engine = create_async_engine(url, pool_size=10, max_overflow=20, **kwargs)
+    # Last in, first out: at the usual concurrency the same few connections serve every request, their
+    # statements prepared and past PostgreSQL's first custom plans (about a millisecond of planning each for the
+    # decision's and the step's statements), where first in, first out warmed every connection of the pool in
+    # turn (bench/README.md, issue 25). The connections left idle are the ones pinged before reuse.
+    engine = create_async_engine(url, pool_size=10, max_overflow=20, pool_use_lifo=True, **kwargs)
     _ping_idle_connections(engine)
     return engine
 
