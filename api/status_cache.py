@@ -14,9 +14,9 @@ account's execution answers 404, cached or not).
 
 What invalidates an entry (each published after its commit, heard through `core.bus.Bus.listen`):
 
-- every event of the execution (`core.events.append_events` publishes each on the execution's channel): the
-  worker's claims, steps, pauses and endings, decisions, updates and cancels all append one in the transaction
-  that changes the rows the record shows;
+- every commit that adds events to the execution (`core.events.append_events` says so on the execution's channel,
+  with the last seq it added): the worker's claims, steps, pauses and endings, decisions, updates and cancels all
+  append one in the transaction that changes the rows the record shows;
 - what changes the record without an event announces it on `CACHE_CHANNEL` (`invalidate_status_after_commit`):
   a webhook attempt the worker recorded, a redelivery queued, an execution deleted.
 

@@ -364,15 +364,20 @@ async def _announce(
 
 def _queue(session: AsyncSession | Alone, events: list[AddedEvent]) -> list[AddedEvent]:
     """Queue the events' publishing after commit: each to the event sinks (the chat's rooms), and the batch's last
-    on its execution's channel. That channel only tells its listeners to look again (the status cache, a wait for
-    a decision): one message a batch says it, where one per event was heard by every web process (issue 25)."""
-    message = None
+    seq on its execution's channel. That channel only tells its listeners to look again (the status cache, a wait
+    for a decision): one short message a batch says it, where the whole of every event was encoded by the
+    committer and decoded by every web process (issue 25)."""
     for event in events:
-        message = event_message(event)
-        event_after_commit(session, message)
-    if message is not None:
-        publish_after_commit(session, execution_channel(message["executionId"]), message)
+        event_after_commit(session, event_message(event))
+    if events:
+        last = events[-1]
+        publish_after_commit(session, execution_channel(last.execution_id), news_of(last))
     return events
+
+
+def news_of(event: AddedEvent) -> dict[str, Any]:
+    """What an execution's channel says of a commit: its execution, and the seq of the last event it added."""
+    return {"executionId": event.execution_id, "seq": event.seq}
 
 
 async def events_after(

@@ -79,18 +79,28 @@ async def test_rolled_back_event_gives_its_seq_back(db: Database, settings: Sett
 
 async def test_event_is_published_after_commit_with_its_seq(db: Database, settings: Settings) -> None:
     (one,) = await new_executions(db, settings, 1)
+    heard: list[dict[str, Any]] = []
+    db.add_event_sink(_Sink(heard))
     async with db.bus.subscribe(execution_channel(one)) as sub:
         async with db.transaction() as session:
             event = await append_any_event(session, one, "test.live", {"x": 1})
             assert await sub.get(timeout=0) is None
+            assert heard == []
         message = await sub.get(timeout=5)
-    assert message is not None
-    assert message == event_message(event)
-    assert message["executionId"] == one
-    assert message["seq"] == 2
-    assert message["type"] == "test.live"
-    assert message["payload"] == {"x": 1}
-    assert isinstance(message["at"], str) and message["at"].endswith("Z")
+    # The execution's channel says that something was committed, and up to which seq; the sinks get the event.
+    assert message == {"executionId": one, "seq": 2}
+    assert heard == [event_message(event)]
+    assert heard[0]["type"] == "test.live"
+    assert heard[0]["payload"] == {"x": 1}
+    assert isinstance(heard[0]["at"], str) and heard[0]["at"].endswith("Z")
+
+
+class _Sink:
+    def __init__(self, heard: list[dict[str, Any]]) -> None:
+        self._heard = heard
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self._heard.append(message)
 
 
 async def test_concurrent_appends_get_unique_contiguous_seqs(db: Database, settings: Settings) -> None:
