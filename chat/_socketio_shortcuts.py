@@ -10,6 +10,9 @@ code again before widening the range), each pinned by tests/chat/test_library_sh
 - `AsyncServer._send_eio_packet(eio_sid, packet)` and `AsyncServer.packet_class`;
 - `AsyncRedisManager._redis_listen_with_retries()` (the async iterator its listener reads), `_redis_connect()`,
   and its `redis` and `pubsub` attributes;
+- `AsyncRedisManager._listen()` (what `_thread` reads: the data of each message of its channels);
+- `BaseManager.basic_enter_room` and `basic_leave_room`, through which every way into and out of a room goes
+  (`enter_room`, `leave_room`, `close_room`, a disconnect), and its `rooms` by namespace;
 - the form of the message `AsyncPubSubManager.emit` publishes and `_handle_emit` reads (`pubsub_emit`).
 """
 
@@ -31,6 +34,15 @@ from chat._engineio_shortcuts import MESSAGE, DirectWebSocket, Packet, direct_to
 from core.reconnect import Reconnecting
 
 log = logging.getLogger("chat.fanout")
+
+# How long joining a room waits for its channel's SUBSCRIBE to be sent before it reads what to replay.
+ROOM_SUBSCRIBE_SECONDS = 2.0
+
+
+def room_channel(channel: str, room: str) -> str:
+    """The Redis channel of one room's messages, beside the manager's own `channel`: only the processes with a
+    watcher in the room subscribe to it, so Redis drops what nobody watches (`RedisInTurnDelivery`)."""
+    return f"{channel}#{room}"
 
 
 def pubsub_emit(manager: socketio.AsyncPubSubManager, event: str, namespace: str, room: str, data: Any) -> Any:
@@ -152,17 +164,92 @@ class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: 
     """Rooms shared through Redis; what arrives is delivered locally in turn (the MRO puts InTurnDelivery's
     emit under the pub/sub manager's own, which publishes, then delivers here).
 
+    Besides the manager's channel, it listens to the channel of each room `own_channel` names (`room_channel`)
+    while someone is in that room here: publishers that send a room's messages there (chat/fanout.py) reach only
+    the processes watching it, where every web process decoded every message of every execution to find most
+    of them watched by nobody (issue 25). Joining such a room waits until its SUBSCRIBE has been sent, so that
+    what commits after the join's replay read arrives live (as `listen_before_serving` for the manager's channel).
+
     Its listener keeps its subscription up as every other Redis subscription here does (core/reconnect.py).
     python-socketio's own loop logged an error on every failed attempt, waited up to a minute between them, never
     said when it was back, and left each lost subscription's connection open; and redis-py's retries, which
     resubscribe behind the caller's back, are off (no retries: a lost connection is raised, and counted here).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, own_channel: Callable[[str], bool] = lambda room: False) -> None:
         super().__init__(url, redis_options={"retry": Retry(NoBackoff(), 0)})
         self._reconnecting = Reconnecting(
             "the chat's Socket.IO listener", "live events from other processes are missed (watchers catch up by seq)"
         )
+        self._own_channel = own_channel
+        # Room channels with someone in their room here; those subscribed on the current pubsub, which counts one
+        # more each time the listener subscribes anew (a change made for an older one is not this one's).
+        self._wanted: set[str] = set()
+        self._subscribed: set[str] = set()
+        self._subscription = 0
+        self._listening = False
+        self._syncing: asyncio.Task[None] | None = None
+
+    def basic_enter_room(self, sid: str, namespace: str, room: Any, eio_sid: str | None = None) -> None:
+        super().basic_enter_room(sid, namespace, room, eio_sid=eio_sid)
+        if isinstance(room, str) and self._own_channel(room):
+            self._want(room_channel(self.channel, room), True)
+
+    def basic_leave_room(self, sid: str, namespace: str, room: Any) -> None:
+        super().basic_leave_room(sid, namespace, room)
+        if isinstance(room, str) and self._own_channel(room):
+            if not any(room in rooms for rooms in self.rooms.values()):
+                self._want(room_channel(self.channel, room), False)
+
+    async def enter_room(self, sid: str, namespace: str, room: Any, eio_sid: str | None = None) -> None:
+        await super().enter_room(sid, namespace, room, eio_sid=eio_sid)
+        syncing = self._syncing
+        if syncing is not None and not syncing.done():
+            # Bounded: with Redis away, live events are missed anyway (watchers catch up by seq).
+            await asyncio.wait({syncing}, timeout=ROOM_SUBSCRIBE_SECONDS)
+
+    def _want(self, channel: str, wanted: bool) -> None:
+        if (channel in self._wanted) == wanted:
+            return
+        if wanted:
+            self._wanted.add(channel)
+        else:
+            self._wanted.discard(channel)
+        self._sync_soon()
+
+    def _sync_soon(self) -> None:
+        if self._syncing is not None and not self._syncing.done():
+            return  # it goes on until what is subscribed is what is wanted
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop, no listener yet: it subscribes to what is wanted when it starts
+        self._syncing = loop.create_task(self._sync(), name="chat-room-channels")
+
+    async def _sync(self) -> None:
+        while self._listening and self.pubsub is not None:
+            pubsub, subscription = self.pubsub, self._subscription
+            add, drop = self._wanted - self._subscribed, self._subscribed - self._wanted
+            if not add and not drop:
+                return
+            try:
+                if add:
+                    await pubsub.subscribe(*add)
+                if drop:
+                    await pubsub.unsubscribe(*drop)
+            except Exception:
+                return  # the listener subscribes to what is wanted once it is back
+            if subscription != self._subscription:
+                return  # subscribed anew meanwhile, to what was wanted then; it syncs again itself
+            self._subscribed = (self._subscribed | add) - drop
+
+    async def _listen(self) -> AsyncIterator[Any]:
+        own, rooms = self.channel.encode(), room_channel(self.channel, "").encode()
+        async for message in self._redis_listen_with_retries():
+            if message["type"] == "message" and "data" in message:
+                channel = message["channel"]
+                if channel == own or channel.startswith(rooms):
+                    yield message["data"]
 
     async def _redis_listen_with_retries(self) -> AsyncIterator[dict[str, Any]]:
         while True:
@@ -171,12 +258,17 @@ class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: 
             # A pubsub of its own each time, on the one client's pool: the manager's publishes share that client.
             pubsub = self.pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(self.channel)
+                self._subscription += 1
+                wanted = set(self._wanted)
+                await pubsub.subscribe(self.channel, *wanted)
+                self._subscribed, self._listening = wanted, True
                 self._reconnecting.subscribed()
+                self._sync_soon()  # rooms entered or left while it subscribed
                 async for message in pubsub.listen():
                     yield message
                 raise RedisConnectionError("the subscription ended")  # listen() ends only once unsubscribed
             except Exception as exc:
+                self._listening = False
                 delay = self._reconnecting.failed(exc)
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # its connection, reconnected by redis-py on the way out, goes too

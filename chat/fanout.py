@@ -23,9 +23,10 @@ from typing import Any, Protocol
 
 import socketio
 
-from chat._socketio_shortcuts import InTurnDelivery, RedisInTurnDelivery, pubsub_emit
+from chat._socketio_shortcuts import InTurnDelivery, RedisInTurnDelivery, pubsub_emit, room_channel
 from core.bus import SentInOrder
 from core.redis_bus import RedisPublisher
+from core.vocabulary import ENDING_EVENTS, EventType
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +37,32 @@ EVENT = "event"
 DELTA = "delta"
 
 
+# The events every web process hears through Redis, watched or not: they move an execution between the live lists
+# (chat/lists.py), whose watchers are in rooms of their own. Every other message goes to its room's channel only.
+MOVES_BETWEEN_LISTS = frozenset(
+    {
+        EventType.EXECUTION_CREATED,
+        EventType.EXECUTION_STARTED,
+        EventType.EXECUTION_RESUMED,
+        EventType.EXECUTION_UPDATED,
+        EventType.CHECKPOINT_AWAITING_REVIEW,
+        EventType.CHECKPOINT_DECIDED,
+        EventType.REVIEW_ESCALATED,
+        *ENDING_EVENTS,
+        # A run with scorers is finished for its suite only once scored: its verdict is the last change there.
+        EventType.EXECUTION_SCORED,
+    }
+)
+_ROOM_PREFIX = "execution:"
+
+
 def room_of(execution_id: str) -> str:
-    return f"execution:{execution_id}"
+    return f"{_ROOM_PREFIX}{execution_id}"
+
+
+def has_own_channel(room: str) -> bool:
+    """Whether `room`'s messages go through Redis on a channel of its own (an execution's room)."""
+    return room.startswith(_ROOM_PREFIX)
 
 
 class _Emitter(Protocol):
@@ -65,10 +90,12 @@ class QueuedRoomSink:
     The publisher is the caller's, and the bus's where there is one: the chat's messages and the bus's of one
     commit then leave in one write on one connection, not one on each.
 
-    It publishes what python-socketio's `AsyncPubSubManager.emit` publishes (chat/_socketio_shortcuts.py), so every
-    web process's manager delivers it as its own. With `local`, this process's own rooms are served too, in order,
-    from a task of its own, as `emit` does (the manager skips its own messages when they come back from Redis): a
-    commit does not wait for a room's fan-out either.
+    It publishes what python-socketio's `AsyncPubSubManager.emit` publishes (chat/_socketio_shortcuts.py), so a web
+    process's manager delivers it as its own: on the room's channel, which only the processes watching the room
+    hear, or, for an event that moves the execution between lists, on the manager's, which all hear. The two
+    leave on one connection in the order put, and reach each subscriber in that order. With `local`, this
+    process's own rooms are served too, in order, from a task of its own, as `emit` does (the manager skips its own
+    messages when they come back from Redis): a commit does not wait for a room's fan-out either.
     """
 
     def __init__(self, manager: socketio.AsyncPubSubManager, publisher: RedisPublisher, *, local: bool) -> None:
@@ -88,8 +115,12 @@ class QueuedRoomSink:
     def _send(self, name: str, message: dict[str, Any]) -> None:
         if self._local is not None:
             self._local.put((name, message))
-        published = pubsub_emit(self._manager, name, NAMESPACE, room_of(message["executionId"]), message)
-        self._publisher.publish(self._manager.channel, self._manager.json.dumps(published))
+        room = room_of(message["executionId"])
+        published = pubsub_emit(self._manager, name, NAMESPACE, room, message)
+        channel = self._manager.channel
+        if name != EVENT or message.get("type") not in MOVES_BETWEEN_LISTS:
+            channel = room_channel(channel, room)
+        self._publisher.publish(channel, self._manager.json.dumps(published))
 
     async def _emit(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         for name, message in batch:
@@ -110,7 +141,7 @@ class QueuedRoomSink:
 def server_manager(redis_url: str | None) -> socketio.AsyncManager:
     """The web server's client manager: shared through Redis when configured, in-process otherwise."""
     if redis_url:
-        return RedisInTurnDelivery(redis_url)
+        return RedisInTurnDelivery(redis_url, has_own_channel)
     return InTurnDelivery()
 
 

@@ -2,7 +2,8 @@
 
 Every event a web process delivers passes its Socket.IO manager (chat/_socketio_shortcuts.py), whether it was
 committed here or arrived through Redis from a worker. Those that move an execution between lists (created,
-started, waiting for review, decided, ended, scored, reassigned) are heard here; once per turn the executions concerned
+started, waiting for review, decided, ended, scored, reassigned) reach every web process, watched or not
+(chat/fanout.py `MOVES_BETWEEN_LISTS`), and are heard here; once per turn the executions concerned
 are looked up, and a ping without content goes to the rooms of their owner and their reviewers. The page then
 fetches itself again over HTTP, with its own session: what anyone sees is what the page would show them, under the
 page's own authorisation, and the ping says nothing but "something of yours changed".
@@ -18,28 +19,14 @@ from typing import Any
 import socketio
 import sqlalchemy as sa
 
-from chat.fanout import EVENT, NAMESPACE
+from chat.fanout import EVENT, MOVES_BETWEEN_LISTS, NAMESPACE
 from core.db import Database
 from core.models import Execution
-from core.vocabulary import ENDING_EVENTS, EventType
+from core.vocabulary import EventType
 
 log = logging.getLogger(__name__)
 
 LISTS = "lists"
-MOVES_BETWEEN_LISTS = frozenset(
-    {
-        EventType.EXECUTION_CREATED,
-        EventType.EXECUTION_STARTED,
-        EventType.EXECUTION_RESUMED,
-        EventType.EXECUTION_UPDATED,
-        EventType.CHECKPOINT_AWAITING_REVIEW,
-        EventType.CHECKPOINT_DECIDED,
-        EventType.REVIEW_ESCALATED,
-        *ENDING_EVENTS,
-        # A run with scorers is finished for its suite only once scored: its verdict is the last change there.
-        EventType.EXECUTION_SCORED,
-    }
-)
 
 
 def owner_room(user_id: str) -> str:

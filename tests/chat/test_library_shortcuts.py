@@ -70,3 +70,55 @@ async def test_our_published_emit_is_the_message_the_library_publishes() -> None
     manager.published = []
     await manager.emit("event", {"n": 1}, namespace="/chat", room="execution:e1")
     assert manager.published == [pubsub_emit(manager, "event", "/chat", "execution:e1", {"n": 1})]
+
+
+async def test_every_way_into_and_out_of_a_room_goes_through_basic_enter_and_leave() -> None:
+    calls: list[tuple[str, Any]] = []
+
+    class Recording(socketio.AsyncManager):  # type: ignore[misc]
+        def basic_enter_room(self, sid: str, namespace: str, room: Any, eio_sid: str | None = None) -> None:
+            calls.append(("enter", room))
+            super().basic_enter_room(sid, namespace, room, eio_sid=eio_sid)
+
+        def basic_leave_room(self, sid: str, namespace: str, room: Any) -> None:
+            calls.append(("leave", room))
+            super().basic_leave_room(sid, namespace, room)
+
+    class Ids:
+        def generate_id(self) -> str:
+            return "sid-1"
+
+    class Server:
+        eio = Ids()
+        packet_class = socketio.packet.Packet
+
+    manager = Recording()
+    manager.set_server(Server())
+    sid = await manager.connect("eio-1", "/chat")
+    await manager.enter_room(sid, "/chat", "execution:a")
+    await manager.enter_room(sid, "/chat", "execution:b")
+    await manager.leave_room(sid, "/chat", "execution:a")
+    await manager.close_room("execution:b", "/chat")
+    await manager.enter_room(sid, "/chat", "execution:c")
+    await manager.disconnect(sid, "/chat")
+    rooms = [(call, room) for call, room in calls if room not in (None, sid)]
+    assert rooms == [
+        ("enter", "execution:a"),
+        ("enter", "execution:b"),
+        ("leave", "execution:a"),
+        ("leave", "execution:b"),
+        ("enter", "execution:c"),
+        ("leave", "execution:c"),
+    ]
+    assert manager.rooms == {}  # {namespace: {room: participants}}, emptied as they leave
+
+
+def test_the_pubsub_managers_reader_reads_listen_and_enter_room_is_what_we_override() -> None:
+    assert "self._listen()" in inspect.getsource(AsyncPubSubManager._thread)
+    assert inspect.isasyncgenfunction(socketio.AsyncRedisManager._listen)
+    assert list(inspect.signature(AsyncPubSubManager.enter_room).parameters) == [
+        "self", "sid", "namespace", "room", "eio_sid"
+    ]
+    assert list(inspect.signature(RedisInTurnDelivery.enter_room).parameters) == [
+        "self", "sid", "namespace", "room", "eio_sid"
+    ]
