@@ -193,7 +193,7 @@ class Database:
     async def commit(self, session: AsyncSession) -> None:
         pending: list[tuple[str, dict[str, Any]]] = session.info.pop(_PENDING, [])
         events: list[dict[str, Any]] = session.info.pop(_EVENTS, [])
-        if (pending or events) and not (session.new or session.dirty or session.deleted):
+        if self.backend.writes_alone and (pending or events) and not (session.new or session.dirty or session.deleted):
             if await committing_alone(session):
                 # Its statements committed as they ran: what they queued leaves before the session hands its
                 # connection back (half a millisecond here: a decision's wake-up, issue 25).
