@@ -5,11 +5,12 @@ An event is a row first; once its transaction commits, `core.db.Database` hands 
 start-up. This module provides the sinks:
 
 - a web process (`vouch web`, `vouch serve`) emits through its own Socket.IO server. With Redis, that
-  server's manager is `AsyncRedisManager`: the emit reaches the local room at once and every other web
-  process through Redis. Without Redis, everything stays in this process (the embedded `vouch serve`,
-  whose worker shares the web app's Database and so its sink).
+  server's manager is `AsyncRedisManager`: the emit reaches the local room at once and, through Redis, every
+  other web process with a watcher in the room (the list-moving events: every other web process). Without
+  Redis, everything stays in this process (the embedded `vouch serve`, whose worker shares the web app's
+  Database and so its sink).
 - a worker process (`vouch worker`) has no Socket.IO server: it publishes through a write-only
-  `AsyncRedisManager`, which every web process's manager hears and delivers to its local room.
+  `AsyncRedisManager`, whose messages the web processes' managers hear as above and deliver to their rooms.
 
 Nothing here imports Quart: the worker uses this module too. Delivery is best-effort by design; a
 watcher that misses a message finds the gap by `seq` and asks the database for it.

@@ -81,7 +81,7 @@ class ListNotifier:
                 for named in batch.values():
                     rooms.update(reviewer_room(email) for email in named)
                 for room in sorted(rooms):
-                    # Here only: every web process hears every event and pings its own watchers.
+                    # Here only: every web process hears every list-moving event and pings its own watchers.
                     await self._server.emit(LISTS, {}, namespace=NAMESPACE, room=room, ignore_queue=True)
             except Exception:
                 log.warning("chat: pinging the live lists failed", exc_info=True)
