@@ -215,10 +215,11 @@ class ExecutionRunner:
             from agents.model_steps import ModelDriver
 
             driver = ModelDriver(self, self._model(state["model"]), mode)
-        while True:
-            budgets.enforce(state, self.settings)
-            if not await driver.advance(state):
-                break
+        async with self.db.keeping_alone():
+            while True:
+                budgets.enforce(state, self.settings)
+                if not await driver.advance(state):
+                    break
 
     async def _read_entry(self) -> tuple[RunMode, dict[str, Any] | None]:
         """The entry of a claim that did not bring it (made by hand): read by the fence, in one statement."""

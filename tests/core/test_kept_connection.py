@@ -1,0 +1,87 @@
+"""`Database.keeping_alone`: a task's statements alone share one connection until the block ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from sqlalchemy import event
+
+import core.db
+from core.db import Database
+
+
+async def _backend_pid(db: Database) -> int:
+    async with db.alone() as alone:
+        pid = (await alone.connection.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
+        assert isinstance(pid, int)
+        return pid
+
+
+def _checked_out(db: Database) -> int:
+    count: int = db.engine.sync_engine.pool.checkedout()  # type: ignore[attr-defined]
+    return count
+
+
+async def _keeps_nothing(db: Database) -> bool:
+    """Where every write is a transaction (SQLite), the block keeps nothing and statements alone are refused."""
+    if db.backend.writes_alone:
+        return False
+    async with db.keeping_alone():
+        with pytest.raises(RuntimeError, match="transactions only"):
+            async with db.alone():
+                pass
+    return True
+
+
+async def test_a_tasks_statements_share_one_connection_until_the_block_ends(db: Database) -> None:
+    if await _keeps_nothing(db):
+        return
+    async with db.keeping_alone():
+        first = await _backend_pid(db)
+        assert _checked_out(db) == 1  # kept between statements
+        assert await _backend_pid(db) == first
+        # A task started inside the block runs its own statements on another connection, even now.
+        assert await asyncio.create_task(_backend_pid(db)) != first
+        assert await _backend_pid(db) == first
+    assert _checked_out(db) == 0
+    await _backend_pid(db)
+    assert _checked_out(db) == 0  # outside the block, each statement hands its connection back
+
+
+async def test_a_failed_statement_hands_the_kept_connection_back(db: Database) -> None:
+    if await _keeps_nothing(db):
+        return
+    async with db.keeping_alone():
+        await _backend_pid(db)
+        with pytest.raises(Exception, match="no_such_table"):
+            async with db.alone() as alone:
+                await alone.connection.exec_driver_sql("SELECT * FROM no_such_table")
+        assert _checked_out(db) == 0
+        await _backend_pid(db)
+        assert _checked_out(db) == 1
+    assert _checked_out(db) == 0
+
+
+async def test_a_connection_kept_idle_goes_back_to_the_pool_before_the_next_statement(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if await _keeps_nothing(db):
+        return
+    checkins: list[object] = []
+    pool = db.engine.sync_engine.pool
+    listener = lambda dbapi_connection, record: checkins.append(record)  # noqa: E731
+    event.listen(pool, "checkin", listener)
+    try:
+        async with db.keeping_alone():
+            await _backend_pid(db)
+            await _backend_pid(db)
+            assert checkins == []
+            # Every connection now counts as idle long enough to be checked by the pool before reuse.
+            monkeypatch.setattr(core.db, "_IDLE_PING_SECONDS", 0.0)
+            await _backend_pid(db)
+            assert len(checkins) == 1
+            assert _checked_out(db) == 1
+        assert len(checkins) == 2
+    finally:
+        event.remove(pool, "checkin", listener)
