@@ -101,7 +101,10 @@ _LOCKED = (
         _TAKEN.c.attempt == sa.bindparam("attempt"),
         _TAKEN.c.status == "awaiting_review",
         _TAKEN.c.origin != CheckpointOrigin.GRADE.value,
-        EXECUTIONS.c.status == "awaiting_review",
+        # Not an index condition (status is never NULL): the execution is found by its id, whatever the table's
+        # statistics say. As one, a generic plan on a table not analyzed since a burst of new runs walked the
+        # index of runs by status (ix_executions_claim), every waiting run's row, for each approval (issue 25).
+        sa.func.coalesce(EXECUTIONS.c.status, "") == "awaiting_review",
         RULE_ON_ROW,
         QUIET,
     )

@@ -6,14 +6,17 @@ with its decision row and event, and a decision never deadlocks with one taken i
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import asyncpg
 import pytest
 import sqlalchemy as sa
 
+from core._sqlalchemy_shortcuts import DirectStatement
 from core.models import Checkpoint, Decision, Event, Execution
 from core.settings import Settings
+from review.decision_statements import _LOCKED
 from tests.api.helpers import account, create_ok, decide, has_status, paused_at, task, wait_for
 from tests.conftest import Service, bearer
 from tests.support.databases import selected_backends
@@ -140,3 +143,40 @@ async def test_an_approval_meeting_a_decision_in_a_transaction_neither_deadlocks
     assert code == 200, body
     written = await what_was_written(service, execution_id, checkpoint_id)
     assert written["checkpoint"] == "approved" and len(written["decisions"]) == len(written["decided"]) == 1
+
+
+def _relation_scans(plan: dict[str, Any], relation: str) -> list[str]:
+    """How each scan of `relation` in an EXPLAIN (FORMAT JSON) plan reads it: the index's name, or the node's type."""
+    found = []
+    if plan.get("Relation Name") == relation:
+        found.append(plan.get("Index Name") or plan["Node Type"])
+    for child in plan.get("Plans", ()):
+        found += _relation_scans(child, relation)
+    return found
+
+
+# A plan's choice of index is PostgreSQL's; SQLite never decides alone.
+@pytest.mark.parametrize("database_url", [b for b in selected_backends() if b == "postgresql"], indirect=True)
+async def test_a_plain_approval_finds_its_execution_by_id_whatever_the_tables_statistics(service: Service) -> None:
+    """The statement's generic plan (a prepared statement's, from its sixth run on) takes the execution by its
+    primary key on a table never analyzed, as after a burst of new runs: through the index of runs by status, it
+    read every waiting run's row for each approval (issue 25)."""
+    owner = await account(service, "owner@example.com", "eval:manage")
+    runs = [await paused_run(service, owner.key, owner.email) for _ in range(3)]
+    execution_id, checkpoint_id = runs[1]
+    locked = DirectStatement(_LOCKED, sets_from_parameters=False)
+    dialect = service.db.engine.dialect
+    parameters = {"checkpoint_id": checkpoint_id, "execution_id": execution_id, "attempt": 1, "by": owner.email}
+    compiled = locked.compiled_for(dialect, tuple(parameters))
+    conn = await asyncpg.connect(_asyncpg_dsn(service.settings))
+    try:
+        assert await conn.fetchval("SELECT last_analyze IS NULL AND last_autoanalyze IS NULL FROM pg_stat_user_tables "
+                                   "WHERE relname = 'executions'")  # fmt: skip
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        explained = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {compiled.sql}", *compiled.values(parameters))
+        scans = _relation_scans(json.loads(explained)[0]["Plan"], "executions")
+        # And the statement finds the run it names, as the approval does.
+        assert await conn.fetchval(compiled.sql, *compiled.values(parameters)) == checkpoint_id
+    finally:
+        await conn.close()
+    assert scans == ["pk_executions"]
