@@ -46,6 +46,8 @@ class LiveSink(Protocol):
 # A pooled connection unused for this long is pinged before it is handed out.
 _IDLE_PING_SECONDS = 2.0
 _RETURNED_AT = "vouch_returned_at"
+# Set on a connection kept out of the pool while it idled (`Database.keeping_alone`): since when.
+_IDLE_SINCE = "vouch_idle_since"
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
@@ -71,7 +73,7 @@ def _ping_idle_connections(engine: AsyncEngine) -> None:
     pool = engine.sync_engine.pool
 
     def returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
-        record.info[_RETURNED_AT] = time.monotonic()
+        record.info[_RETURNED_AT] = record.info.pop(_IDLE_SINCE, None) or time.monotonic()
 
     def handed_out(dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
         returned_at = record.info.get(_RETURNED_AT)
@@ -162,8 +164,12 @@ class _KeptConnection:
 
     async def release(self) -> None:
         connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.close()
+        if connection is None:
+            return
+        if self._used_at and not connection.invalidated:
+            # Idle since its last statement, not from its check-in: the pool pings it before it goes out again.
+            connection.info[_IDLE_SINCE] = self._used_at
+        await connection.close()
 
 
 _KEPT: ContextVar[_KeptConnection | None] = ContextVar("vouch_kept_connection", default=None)

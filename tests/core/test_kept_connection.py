@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from sqlalchemy import event
@@ -77,11 +78,17 @@ async def test_a_connection_kept_idle_goes_back_to_the_pool_before_the_next_stat
             await _backend_pid(db)
             await _backend_pid(db)
             assert checkins == []
+            async with db.alone() as alone:
+                kept_info = alone.connection.info  # the pooled connection's, kept with it in the pool
+            last_used = time.monotonic()
             # Every connection now counts as idle long enough to be checked by the pool before reuse.
             monkeypatch.setattr(core.db, "_IDLE_PING_SECONDS", 0.0)
             await _backend_pid(db)
             assert len(checkins) == 1
             assert _checked_out(db) == 1
+            # The pool took it back as idle since its last statement, not since that check-in: had it idled
+            # past the pool's threshold, the pool pinged it before handing it out again.
+            assert kept_info[core.db._RETURNED_AT] <= last_used
         assert len(checkins) == 2
     finally:
         event.remove(pool, "checkin", listener)
