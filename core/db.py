@@ -143,8 +143,7 @@ class Alone:
 class _KeptConnection:
     """The autocommit connection one task keeps between its `alone` statements (`Database.keeping_alone`)."""
 
-    def __init__(self, autocommit: AsyncEngine, db: Database, task: asyncio.Task[Any]) -> None:
-        self._autocommit = autocommit
+    def __init__(self, db: Database, task: asyncio.Task[Any]) -> None:
         self.db = db
         # Only the task that opened the block: a task it starts copies its context, and one connection cannot
         # run two statements at once.
@@ -156,7 +155,7 @@ class _KeptConnection:
         if self._connection is not None and time.monotonic() - self._used_at >= _IDLE_PING_SECONDS:
             await self.release()  # idle for a while: the pool checks a connection that idled before handing it out
         if self._connection is None:
-            self._connection = await self._autocommit.connect()
+            self._connection = await self.db._autocommit.connect()
         return self._connection
 
     def used(self) -> None:
@@ -319,7 +318,7 @@ class Database:
         if not self.backend.writes_alone or task is None:
             yield
             return
-        kept = _KeptConnection(self._autocommit, self, task)
+        kept = _KeptConnection(self, task)
         token = _KEPT.set(kept)
         try:
             yield
