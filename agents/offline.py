@@ -2,7 +2,8 @@
 
 It plans from the task description with the vocabulary documented in
 `agents.offline_plan`, then carries the plan out step by step through the real tools.
-Its whole state is a small JSON document stored on the execution row.
+Its plan is written once, when its run is first claimed (`executions.agent_plan`); its state, a small JSON
+document beside it on the execution row (`agent_state`), is what each step moves on and saves.
 """
 
 from __future__ import annotations
@@ -22,23 +23,37 @@ VOCABULARY = (
 )
 
 
-def initial_state(description: str, checkpoints: list[Checkpoint]) -> dict[str, Any]:
-    """The plan and where each caller checkpoint goes; `ExecutionFailed` (task_not_understood) before any
-    step when the task holds an instruction the agent cannot carry out: half a task done is worse than none."""
+Steps = list[dict[str, Any]]
+"""A plan as the runner keeps it: {tool, args, instruction} for each step, in order."""
+
+
+def initial_state(description: str, checkpoints: list[Checkpoint]) -> tuple[dict[str, Any], Steps]:
+    """The state the plan's steps start from (where each caller checkpoint goes, the cursor) and the plan;
+    `ExecutionFailed` (task_not_understood) before any step when the task holds an instruction the agent cannot
+    carry out: half a task done is worse than none."""
     plan = plan_task(description)
     not_understood(description, plan)
     gates = place_checkpoints(
         plan.steps,
         [CheckpointSpec(cp.stage, cp.description, cp.verification_question) for cp in checkpoints],
     )
-    return {
+    state = {
         "agent": MODEL_NAME,
-        "plan": [{"tool": s.tool, "args": s.args, "instruction": s.instruction} for s in plan.steps],
         "unrecognised": list(plan.unrecognised),
         # gates[i]: the plan index checkpoint position i is passed before (len(plan) = before finishing).
         "gates": gates,
         "cursor": 0,
     }
+    return state, [{"tool": s.tool, "args": s.args, "instruction": s.instruction} for s in plan.steps]
+
+
+def plan_of(state: dict[str, Any], kept: Steps | None) -> Steps:
+    """The run's plan: `kept` (`executions.agent_plan`), or, for a run planned before the plan had a column of its
+    own, the one inside its state (which it then goes on saving with each step, as it always did)."""
+    if kept is not None:
+        return kept
+    inside: Steps = state["plan"]
+    return inside
 
 
 def not_understood(description: str, plan: Plan) -> None:
@@ -60,18 +75,16 @@ def not_understood(description: str, plan: Plan) -> None:
     )
 
 
-def guards(state: dict[str, Any], index: int) -> dict[str, Any]:
+def guards(plan: Steps, index: int) -> dict[str, Any]:
     """What a checkpoint placed before plan index `index` guards: a step (numbered as in the plan message) or the
     finish. Shown on the checkpoint card so the reviewer sees which action their answer lets through."""
-    plan = state["plan"]
     if index >= len(plan):
         return {"step": None, "tool": "finish", "instruction": "finish the task"}
     step = plan[index]
     return {"step": index + 1, "tool": step["tool"], "instruction": step["instruction"]}
 
 
-def plan_message(state: dict[str, Any]) -> str:
-    steps = state["plan"]
+def plan_message(steps: Steps) -> str:
     return "Plan:\n" + "\n".join(f"{i}. {step['instruction']}" for i, step in enumerate(steps, 1))
 
 

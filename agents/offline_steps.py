@@ -45,13 +45,16 @@ class OfflineDriver:
         self,
         runner: ExecutionRunner,
         mode: RunMode,
+        plan: offline.Steps,
         caller_pending: int | None = None,
         step_call: StepCall | None = None,
     ) -> None:
-        """`caller_pending`: how many of the caller's checkpoints wait to be passed, when the claim counted them;
+        """`plan`: the run's (`offline.plan_of`); `caller_pending`: how many of the caller's checkpoints wait to be
+        passed, when the claim counted them;
         `step_call`: the call of the step the run goes on with, when the claim found it (`agents.claims.Entry`)."""
         self.runner = runner
         self.mode = mode
+        self.plan = plan
         self.execution_id = runner.execution_id
         # The caller's checkpoints not passed yet: (id, position), in position order; read at the first turn
         # unless the claim counted none.
@@ -63,7 +66,7 @@ class OfflineDriver:
         """Take the next step; False once the execution paused or ended."""
         runner = self.runner
         cursor: int = state["cursor"]
-        plan: list[dict[str, Any]] = state["plan"]
+        plan = self.plan
         failed = state.get("failedStep")
         if failed is not None:
             # The plan's later steps may depend on this one, and the agent cannot change its plan: it stops.
@@ -77,14 +80,14 @@ class OfflineDriver:
         claimed, self._step_call = self._step_call, None
         backend = runner.db.backend
         if backend.writes_alone:
-            alone = await self._advance_alone(state, cursor, plan, claimed)
+            alone = await self._advance_alone(state, cursor, claimed)
             if alone is not None:
                 return alone
         elif runner.claim.resume is not None:
             # The step that takes the claim over, as the one write of its transaction (SQLite writes no other way).
             async with runner.db.transaction() as session:
                 await backend.begin_writing(session)
-                taken = await self._advance_alone(state, cursor, plan, claimed, session)
+                taken = await self._advance_alone(state, cursor, claimed, session)
             if taken is not None:
                 return taken
         if runner.claim.resume is not None:
@@ -102,7 +105,7 @@ class OfflineDriver:
                     held = await self._open(session, cursor, plan[cursor], claimed)
                     due.tool_call_id = held.id
                     action = self._action(plan[cursor], held)
-                passed = await runner.pass_or_pause(session, due, action, self.mode, offline.guards(state, bound))
+                passed = await runner.pass_or_pause(session, due, action, self.mode, offline.guards(plan, bound))
                 if passed and self._caller_pending:
                     self._caller_pending = [p for p in self._caller_pending if p[0] != due.id]
                 return passed
@@ -131,7 +134,7 @@ class OfflineDriver:
             gate = await tool_calls.gate(runner, session, call, self.mode)
             if gate is not None:
                 # The offline agent cannot rewrite a step: after a rejection it asks again (the next attempt).
-                await runner.pause(session, gate, self._action(step, call), offline.guards(state, cursor))
+                await runner.pause(session, gate, self._action(step, call), offline.guards(plan, cursor))
                 return False
             if not fresh and call.status == "started" and not TOOLS[call.tool].repeatable(call.args):
                 unknown = await unknown_outcome_gate(
@@ -140,7 +143,7 @@ class OfflineDriver:
                 if unknown.status == "pending":
                     # Passed without review, this same call runs at the next turn: it must be found again.
                     return await runner.pass_or_pause(
-                        session, unknown, self._action(step, call), self.mode, offline.guards(state, cursor)
+                        session, unknown, self._action(step, call), self.mode, offline.guards(plan, cursor)
                     )
             self._began_here = True  # from here on this claim makes every call it meets
             if not TOOLS[call.tool].performs_outside:
@@ -155,16 +158,15 @@ class OfflineDriver:
         self,
         state: dict[str, Any],
         cursor: int,
-        plan: list[dict[str, Any]],
         claimed: StepCall | None,
         session: AsyncSession | None = None,
     ) -> bool | None:
         """The turn as one statement, committing by itself outside any session (or the one write of `session`), when
         it is the common step (or the step its checkpoint just let through) and the driver knows that without
         reading anything; None, having done nothing, when the turn needs more. As `advance` otherwise."""
-        if cursor >= len(plan) or self._due_without_reading(state["gates"], cursor) is not False:
+        if cursor >= len(self.plan) or self._due_without_reading(state["gates"], cursor) is not False:
             return None
-        step = plan[cursor]
+        step = self.plan[cursor]
         if self._needs_review(step) or not tool_calls.alone_in_place(step["tool"], step["args"]):
             return None
         if self._began_here:
@@ -225,8 +227,7 @@ class OfflineDriver:
         after an approval is the last one of many runs). Without `session`, the end written alone (`runner.ending`)."""
 
         async def ending(result: dict[str, Any]) -> Ending | None:
-            plan: list[dict[str, Any]] = state["plan"]
-            if state["cursor"] < len(plan) or state.get("failedStep") is not None:
+            if state["cursor"] < len(self.plan) or state.get("failedStep") is not None:
                 return None
             if not budgets.within(state, self.runner.settings):
                 return None
@@ -250,7 +251,7 @@ class OfflineDriver:
             state["cursor"] = cursor + 1
             budgets.spend(state, steps=1)
             if "error" in answer:
-                step = state["plan"][cursor]
+                step = self.plan[cursor]
                 failed = {"step": cursor + 1, "tool": step["tool"], "instruction": step["instruction"]}
                 state["failedStep"] = {**failed, "error": str(answer["error"])}
 

@@ -54,6 +54,7 @@ _FENCE = (
 # The fence of a claim's first transaction, handing back what the runner needs to go on.
 _FENCE_AND_READ = _FENCE.returning(
     EXECUTIONS.c.agent_state,
+    EXECUTIONS.c.agent_plan,
     EXECUTIONS.c.test_mode,
     EXECUTIONS.c.auto_detect_checkpoints,
 )
@@ -198,17 +199,17 @@ class ExecutionRunner:
                 without_verification=entry.test_mode == "without-verification",
                 gate_actions=entry.auto_detect_checkpoints,
             )
-            state, caller_pending, step_call = entry.state, entry.caller_pending, entry.step_call
+            state, plan, caller_pending, step_call = entry.state, entry.plan, entry.caller_pending, entry.step_call
         else:
-            (mode, state), caller_pending, step_call = await self._read_entry(), None, None
+            (mode, state, plan), caller_pending, step_call = await self._read_entry(), None, None
         if state is None:
-            # The first claim: the state is made, and written, under the fence.
+            # The first claim: the state (and the offline agent's plan) is made, and written, under the fence.
             async with self.db.transaction() as session:
                 await self.fence(session)
-                state = await self._enter(session)
+                state, plan = await self._enter(session)
         driver: OfflineDriver | ModelDriver
         if state["agent"] == offline.MODEL_NAME:
-            driver = OfflineDriver(self, mode, caller_pending, step_call)
+            driver = OfflineDriver(self, mode, offline.plan_of(state, plan), caller_pending, step_call)
         else:
             # Imported here, as in `_initial_state`: the model path loads pydantic_ai and the provider SDKs,
             # seconds of imports and tens of MB that a worker running only the offline agent never needs.
@@ -221,7 +222,7 @@ class ExecutionRunner:
                 if not await driver.advance(state):
                     break
 
-    async def _read_entry(self) -> tuple[RunMode, dict[str, Any] | None]:
+    async def _read_entry(self) -> tuple[RunMode, dict[str, Any] | None, offline.Steps | None]:
         """The entry of a claim that did not bring it (made by hand): read by the fence, in one statement."""
         async with self.db.transaction() as session:
             # One statement, committing by itself where it can; a state never made is written by a transaction of
@@ -234,18 +235,18 @@ class ExecutionRunner:
             without_verification=entry.test_mode == "without-verification",
             gate_actions=entry.auto_detect_checkpoints,
         )
-        return mode, None if entry.agent_state is None else dict(entry.agent_state)
+        state = None if entry.agent_state is None else dict(entry.agent_state)
+        return mode, state, None if entry.agent_plan is None else list(entry.agent_plan)
 
-    async def _enter(self, session: AsyncSession) -> dict[str, Any]:
-        """The agent's state at the start of its first claim, made and written."""
+    async def _enter(self, session: AsyncSession) -> tuple[dict[str, Any], offline.Steps | None]:
+        """The agent's state at the start of its first claim, and the offline agent's plan, made and written."""
         execution = await session.get_one(Execution, self.execution_id)
-        state = self._initial_state(execution, await self.checkpoints(session))
-        execution.agent_state = state
-        if state["agent"] == offline.MODEL_NAME:
-            await append_event(
-                session, self.execution_id, EventType.AGENT_MESSAGE, {"text": offline.plan_message(state)}
-            )
-        return state
+        state, plan = self._initial_state(execution, await self.checkpoints(session))
+        execution.agent_state, execution.agent_plan = state, plan
+        if plan is not None:
+            said: AgentMessage = {"text": offline.plan_message(plan)}
+            await append_event(session, self.execution_id, EventType.AGENT_MESSAGE, said)
+        return state, plan
 
     def _model(self, name: str) -> Model:
         try:
@@ -253,12 +254,16 @@ class ExecutionRunner:
         except ModelUnavailable as exc:
             raise AgentUnavailable(str(exc)) from None
 
-    def _initial_state(self, execution: Execution, checkpoints: list[Checkpoint]) -> dict[str, Any]:
+    def _initial_state(
+        self, execution: Execution, checkpoints: list[Checkpoint]
+    ) -> tuple[dict[str, Any], offline.Steps | None]:
+        """The agent's first state, and the offline agent's plan (None for a model's)."""
         # The budget is fixed when the run starts: a later change of the settings does not move it.
         budget, usage = budgets.from_settings(self.settings), budgets.no_usage()
         if execution.agent_model == offline.MODEL_NAME:
             caller = [cp for cp in checkpoints if cp.origin == "caller"]
-            return {**offline.initial_state(execution.task_description, caller), "budget": budget, "usage": usage}
+            state, plan = offline.initial_state(execution.task_description, caller)
+            return {**state, "budget": budget, "usage": usage}, plan
         self._model(execution.agent_model)  # a model this worker cannot run fails the execution before it starts
         from agents import llm
 
@@ -271,7 +276,7 @@ class ExecutionRunner:
             "nextStep": 0,
             "budget": budget,
             "usage": usage,
-        }
+        }, None
 
     async def checkpoints(self, session: AsyncSession) -> list[Checkpoint]:
         rows = await session.scalars(

@@ -46,7 +46,8 @@ async def in_memory_steps(description: str, rounds: int) -> list[float]:
         {"tool": s.tool, "args": s.args, "instruction": s.instruction} for s in plan_task(description).steps
     ]
     for _ in range(rounds):
-        state: dict[str, Any] = {"agent": "offline", "plan": plan, "unrecognised": [], "gates": [], "cursor": 0}
+        # The plan is held apart from the state each step saves (executions.agent_plan), as the runner holds it.
+        state: dict[str, Any] = {"agent": "offline", "unrecognised": [], "gates": [], "cursor": 0}
         for cursor, step in enumerate(plan):
             start = time.perf_counter()
             call_id, started = new_id("call"), utcnow()

@@ -72,8 +72,11 @@ class Execution(Base):
     lease_until: Mapped[datetime | None] = mapped_column()
     # Bumped on every claim: a worker whose epoch is stale may not write (fencing).
     lease_epoch: Mapped[int] = mapped_column(default=0)
-    # The agent's persisted progress (plan, cursor, history): enough to resume anywhere.
+    # The agent's persisted progress (cursor, history), saved at every step: with the plan, enough to resume anywhere.
     agent_state: Mapped[dict[str, Any] | None] = mapped_column()
+    # The offline agent's plan, written once by the first claim (null for a model, and for runs planned before
+    # migration 0021, whose plan is inside agent_state).
+    agent_plan: Mapped[list[Any] | None] = mapped_column()
     # Review policy (issue 5): rejections allowed per checkpoint before the run ends rejected,
     # a backup reviewer for escalation, and what happens when nobody answers by the deadline.
     max_revisions: Mapped[int] = mapped_column(default=3, server_default="3")

@@ -31,9 +31,11 @@ class StepCall:
 
 @dataclass(frozen=True)
 class Entry:
-    """What the runner needs to go on: the agent's state (None before the first claim made it) and the run's mode."""
+    """What the runner needs to go on: the agent's state (None before the first claim made it), the offline agent's
+    plan when kept apart from it (`executions.agent_plan`), and the run's mode."""
 
     state: dict[str, Any] | None
+    plan: list[dict[str, Any]] | None
     test_mode: str
     auto_detect_checkpoints: bool
     # How many of the caller's checkpoints wait to be passed (status pending).
@@ -58,7 +60,12 @@ _CALLER_PENDING = (
     .scalar_subquery()
     .label("caller_pending")
 )
-_ENTRY_COLUMNS = (EXECUTIONS.c.agent_state, EXECUTIONS.c.test_mode, EXECUTIONS.c.auto_detect_checkpoints)
+_ENTRY_COLUMNS = (
+    EXECUTIONS.c.agent_state,
+    EXECUTIONS.c.agent_plan,
+    EXECUTIONS.c.test_mode,
+    EXECUTIONS.c.auto_detect_checkpoints,
+)
 
 # The step the offline agent takes next (agents/offline.py keeps it in its state as `cursor`); NULL in any other
 # agent's state, which then finds no call below.
@@ -119,7 +126,7 @@ def _processors(dialect: Dialect) -> tuple[Callable[[Any], Any] | None, ...]:
 
 def entry_of(dialect: Dialect, execution_id: str, raw: tuple[Any, ...]) -> Entry:
     """The `Entry` from the values of `ENTRY_RETURNING` (or `OFFLINE_ENTRY_RETURNING`), as the driver gave them."""
-    stored, test_mode, auto, caller_pending, edited, *call = (
+    stored, plan, test_mode, auto, caller_pending, edited, *call = (
         value if process is None or value is None else process(value)
         for process, value in zip(_processors(dialect), raw, strict=True)
     )
@@ -133,7 +140,7 @@ def entry_of(dialect: Dialect, execution_id: str, raw: tuple[Any, ...]) -> Entry
             values = {column.key: value for column, value in zip(_STEP_CALL_COLUMNS, call, strict=True)}
             found = ToolCall(execution_id=execution_id, step_index=cursor, **values)
         step_call = StepCall(cursor, found)
-    return Entry(state, test_mode, bool(auto), int(caller_pending), step_call)
+    return Entry(state, None if plan is None else list(plan), test_mode, bool(auto), int(caller_pending), step_call)
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,7 @@ class Resume:
             "epoch": self.epoch,
             "seq": self.seq,
             "state": entry.state,
+            "plan": entry.plan,
             "testMode": entry.test_mode,
             "gateActions": entry.auto_detect_checkpoints,
             "callerPending": entry.caller_pending,
@@ -194,9 +202,10 @@ class Resume:
                         started_at=datetime.fromisoformat(found["startedAt"]),
                     )
                 step = StepCall(cursor, call)
-            state = data["state"]
+            state, plan = data["state"], data["plan"]
             entry = Entry(
                 dict(state) if isinstance(state, dict) else None,
+                list(plan) if isinstance(plan, list) else None,
                 str(data["testMode"]),
                 bool(data["gateActions"]),
                 int(data["callerPending"]),

@@ -70,9 +70,12 @@ async def load_runs(session: AsyncSession, runs: Sequence[ExportRun], *, now: da
 async def _load_chunk(
     session: AsyncSession, ids: list[str], now: datetime
 ) -> dict[str, tuple[RunFacts, list[FactEvent]]]:
-    # The agent's persisted state can be the model's whole conversation: nothing here reads it.
+    # The agent's persisted state can be the model's whole conversation, and the offline agent's plan is in its
+    # events: nothing here reads either.
     executions = await session.scalars(
-        sa.select(Execution).where(Execution.id.in_(ids)).options(defer(Execution.agent_state))
+        sa.select(Execution)
+        .where(Execution.id.in_(ids))
+        .options(defer(Execution.agent_state), defer(Execution.agent_plan))
     )
     checkpoints: dict[str, list[Checkpoint]] = {}
     for checkpoint in await session.scalars(

@@ -71,7 +71,7 @@ async def test_the_step_after_an_approval_claims_the_run_with_its_own_statement(
     decided = await snapshot(db, exe)
     # What the hint says is the row as the decision left it.
     assert (resume.epoch, resume.seq) == (decided.execution.lease_epoch, decided.execution.last_seq)
-    assert resume.entry.state == decided.execution.agent_state
+    assert (resume.entry.state, resume.entry.plan) == (decided.execution.agent_state, decided.execution.agent_plan)
     assert resume.entry.step_call is not None and resume.entry.step_call.call is not None
     assert resume.entry.step_call.call.id == decided.calls[0].id
 
@@ -136,8 +136,8 @@ async def test_a_hint_the_run_has_moved_past_is_claimed_as_usual(db: Database, s
 
 async def test_a_model_agents_run_is_never_taken_over(db: Database, settings: Settings) -> None:
     """Only the offline agent's step can be told from the hint alone: another agent's state is not even sent."""
-    entry = Entry(None, "with-verification", False, 0, None)
+    entry = Entry(None, None, "with-verification", False, 0, None)
     assert claim_to_take_over("exe_x", Resume(1, 5, entry)) is None
-    offline_without_call = Entry({"agent": "offline", "cursor": 0}, "with-verification", False, 0, None)
+    offline_without_call = Entry({"agent": "offline", "cursor": 0}, [], "with-verification", False, 0, None)
     assert claim_to_take_over("exe_x", Resume(1, 5, offline_without_call)) is None
     assert Resume.from_json("exe_x", {"epoch": 1}) is None

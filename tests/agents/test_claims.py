@@ -165,8 +165,8 @@ async def test_a_claim_hands_back_what_the_run_goes_on_from(db: Database, settin
     assert first is not None and first.entry is not None
     assert (first.entry.state, first.entry.test_mode) == (None, "with-verification")
     assert (first.entry.auto_detect_checkpoints, first.entry.caller_pending) == (True, 2)
-    state = {"agent": "offline", "cursor": 1, "plan": [{"tool": "write_file", "args": {"path": "é.md"}}]}
-    await set_fields(db, exe, agent_state=state, lease_until=utcnow() - timedelta(seconds=1))
+    state, plan = {"agent": "offline", "cursor": 1}, [{"tool": "write_file", "args": {"path": "é.md"}}]
+    await set_fields(db, exe, agent_state=state, agent_plan=plan, lease_until=utcnow() - timedelta(seconds=1))
     async with db.transaction() as session:
         await session.execute(
             sa.update(Checkpoint)
@@ -175,7 +175,7 @@ async def test_a_claim_hands_back_what_the_run_goes_on_from(db: Database, settin
         )
     second = await claim_next(db, "worker-b", 30)
     assert second == Claim(exe, 2) and second.entry is not None
-    assert (second.entry.state, second.entry.caller_pending) == (state, 1)
+    assert (second.entry.state, second.entry.plan, second.entry.caller_pending) == (state, plan, 1)
 
 
 @pytest.mark.parametrize("edited", [False, True])

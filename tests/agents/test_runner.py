@@ -488,18 +488,20 @@ async def test_started_tool_call_is_completed_exactly_once_on_resume(db: Databas
     description = 'Send an email to x@example.com with subject "Once" and body "Only once".'
     exe = await new_execution(db, settings, description)
     got = await claim(db)
-    state = offline.initial_state(description, [])
+    state, plan = offline.initial_state(description, [])
     intent = ToolCall(
         id=new_id("call"),
         execution_id=exe,
         step_index=0,
         tool="send_email",
-        args=state["plan"][0]["args"],
+        args=plan[0]["args"],
         status="started",
         started_at=utcnow() - timedelta(seconds=5),
     )
     async with db.transaction() as session:
-        await session.execute(sa.update(Execution).where(Execution.id == exe).values(agent_state=state))
+        await session.execute(
+            sa.update(Execution).where(Execution.id == exe).values(agent_state=state, agent_plan=plan)
+        )
         session.add(intent)
 
     await ExecutionRunner(settings, db, "worker-1", got).run()
@@ -521,9 +523,9 @@ async def test_a_started_call_that_may_not_run_twice_waits_for_a_human(db: Datab
     description = 'Write a note called a.md saying "hi".'
     exe = await new_execution(db, settings, description, test_mode="with-verification")
     got = await claim(db)
-    state = offline.initial_state(description, [])
+    state, _ = offline.initial_state(description, [])
     post = {"method": "POST", "url": "https://hooks.example.com/deploy", "body": "go"}
-    state["plan"] = [{"tool": "http_request", "args": post, "instruction": "POST to the deploy hook"}]
+    plan = [{"tool": "http_request", "args": post, "instruction": "POST to the deploy hook"}]
     intent = ToolCall(
         id=new_id("call"),
         execution_id=exe,
@@ -535,7 +537,9 @@ async def test_a_started_call_that_may_not_run_twice_waits_for_a_human(db: Datab
     )
     assert not TOOLS["http_request"].repeatable(post)
     async with db.transaction() as session:
-        await session.execute(sa.update(Execution).where(Execution.id == exe).values(agent_state=state))
+        await session.execute(
+            sa.update(Execution).where(Execution.id == exe).values(agent_state=state, agent_plan=plan)
+        )
         session.add(intent)
     await ExecutionRunner(settings, db, "worker-1", got).run()
     snap = await snapshot(db, exe)
@@ -550,9 +554,11 @@ async def test_resumed_wait_only_waits_what_is_left(db: Database, settings: Sett
     description = "Wait 120 seconds."
     exe = await new_execution(db, settings, description)
     got = await claim(db)
-    state = offline.initial_state(description, [])
+    state, plan = offline.initial_state(description, [])
     async with db.transaction() as session:
-        await session.execute(sa.update(Execution).where(Execution.id == exe).values(agent_state=state))
+        await session.execute(
+            sa.update(Execution).where(Execution.id == exe).values(agent_state=state, agent_plan=plan)
+        )
         session.add(
             ToolCall(
                 id=new_id("call"),
