@@ -64,11 +64,15 @@ def claim_to_take_over(execution_id: str, resume: Resume) -> Claim | None:
 
 
 # A claim is still the execution's: the conditions every write of a run is fenced by, with bind parameters
-# `claim_worker` and `claim_epoch` (ExecutionRunner.fenced), so that statements carrying them are built once.
+# `claim_worker` and `claim_epoch` (ExecutionRunner.fenced), so that statements carrying them are built once. Each
+# statement names its execution by id too; the status is tested through coalesce (of a NOT NULL column: the same
+# test) so that it is no index condition: the generic plan of a prepared statement on a table not analyzed since a
+# burst of new runs otherwise took the row through `ix_executions_claim` and filtered every running run's entry by
+# id, at every step (tests/agents/test_statement_plans.py).
 CLAIM_HOLDS = (
     EXECUTIONS.c.worker_id == sa.bindparam("claim_worker"),
     EXECUTIONS.c.lease_epoch == sa.bindparam("claim_epoch"),
-    EXECUTIONS.c.status == "running",
+    sa.func.coalesce(EXECUTIONS.c.status, "") == "running",
 )
 
 
