@@ -24,6 +24,7 @@ from core.events import add_numbered_events, seq_allocation
 from core.model_profiles import EXTERNAL, OFFLINE
 from core.models import EXECUTIONS, UTCDateTime, utcnow
 from core.run_entry import ENTRY_RETURNING, Entry, Resume, entry_of
+from core.sql import equals_by_row
 from core.vocabulary import EventType
 
 RUNNABLE = ("queued", "running")
@@ -65,14 +66,11 @@ def claim_to_take_over(execution_id: str, resume: Resume) -> Claim | None:
 
 # A claim is still the execution's: the conditions every write of a run is fenced by, with bind parameters
 # `claim_worker` and `claim_epoch` (ExecutionRunner.fenced), so that statements carrying them are built once. Each
-# statement names its execution by id too; the status is tested through coalesce (of a NOT NULL column: the same
-# test) so that it is no index condition: the generic plan of a prepared statement on a table not analyzed since a
-# burst of new runs otherwise took the row through `ix_executions_claim` and filtered every running run's entry by
-# id, at every step (tests/agents/test_statement_plans.py).
+# statement names its execution by id too, which is how it finds the row (tests/agents/test_statement_plans.py).
 CLAIM_HOLDS = (
     EXECUTIONS.c.worker_id == sa.bindparam("claim_worker"),
     EXECUTIONS.c.lease_epoch == sa.bindparam("claim_epoch"),
-    sa.func.coalesce(EXECUTIONS.c.status, "") == "running",
+    equals_by_row(EXECUTIONS.c.status, "running"),
 )
 
 

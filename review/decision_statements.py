@@ -11,6 +11,7 @@ from core._sqlalchemy_shortcuts import DirectStatement
 from core.events import seq_allocation
 from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, UTCDateTime
 from core.run_entry import OFFLINE_ENTRY_RETURNING
+from core.sql import equals_by_row
 from core.vocabulary import CheckpointOrigin
 from core.webhooks import QUIET
 from review.access import decider_rule
@@ -101,10 +102,8 @@ _LOCKED = (
         _TAKEN.c.attempt == sa.bindparam("attempt"),
         _TAKEN.c.status == "awaiting_review",
         _TAKEN.c.origin != CheckpointOrigin.GRADE.value,
-        # Not an index condition (status is never NULL): the execution is found by its id, whatever the table's
-        # statistics say. As one, a generic plan on a table not analyzed since a burst of new runs walked the
-        # index of runs by status (ix_executions_claim), every waiting run's row, for each approval (issue 25).
-        sa.func.coalesce(EXECUTIONS.c.status, "") == "awaiting_review",
+        # The execution is found by its id, whatever the table's statistics say.
+        equals_by_row(EXECUTIONS.c.status, "awaiting_review"),
         RULE_ON_ROW,
         QUIET,
     )

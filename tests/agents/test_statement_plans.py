@@ -8,11 +8,9 @@ plain approval's statement had the same fault, tests/api/test_decision_alone.py)
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 
 from agents.claims import _CLAIM_BY_ID, _TAKING_OVER
@@ -24,17 +22,7 @@ from core.models import utcnow
 from core.settings import Settings
 from tests.agents.test_runner import NOTE_THEN_MAIL, new_execution
 from tests.support.databases import selected_backends
-
-
-def _scans(plan: dict[str, Any], relation: str) -> list[str]:
-    """How each scan of `relation` in an EXPLAIN (FORMAT JSON) plan reads it: the index's name, or the node's type
-    (an UPDATE's own ModifyTable node left out)."""
-    found = []
-    if plan.get("Relation Name") == relation and plan["Node Type"] != "ModifyTable":
-        found.append(plan.get("Index Name") or plan["Node Type"])
-    for child in plan.get("Plans", ()):
-        found += _scans(child, relation)
-    return found
+from tests.support.plans import generic_plans, scans_of
 
 
 # A plan's choice of index is PostgreSQL's; SQLite plans every statement afresh with what it knows.
@@ -70,16 +58,9 @@ async def test_a_runs_statements_take_its_row_by_primary_key_on_a_table_never_an
         ),
     }
     dialect = db.engine.dialect
-    connection = await asyncpg.connect(settings.database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
     read: dict[str, list[str]] = {}
-    try:
-        assert await connection.fetchval("SELECT last_analyze IS NULL AND last_autoanalyze IS NULL "
-                                         "FROM pg_stat_user_tables WHERE relname = 'executions'")  # fmt: skip
-        await connection.execute("SET plan_cache_mode = force_generic_plan")
+    async with generic_plans(settings) as connection:
         for name, (statement, parameters) in statements.items():
             compiled = statement.compiled_for(dialect, tuple(parameters))
-            explained = await connection.fetchval(f"EXPLAIN (FORMAT JSON) {compiled.sql}", *compiled.values(parameters))
-            read[name] = _scans(json.loads(explained)[0]["Plan"], "executions")
-    finally:
-        await connection.close()
+            read[name] = await scans_of(connection, compiled.sql, compiled.values(parameters), "executions")
     assert read == {name: ["pk_executions"] for name in statements}

@@ -6,7 +6,6 @@ with its decision row and event, and a decision never deadlocks with one taken i
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import asyncpg
@@ -15,11 +14,11 @@ import sqlalchemy as sa
 
 from core._sqlalchemy_shortcuts import DirectStatement
 from core.models import Checkpoint, Decision, Event, Execution
-from core.settings import Settings
 from review.decision_statements import _LOCKED
 from tests.api.helpers import account, create_ok, decide, has_status, paused_at, task, wait_for
 from tests.conftest import Service, bearer
 from tests.support.databases import selected_backends
+from tests.support.plans import asyncpg_dsn, generic_plans, scans_of
 from tests.support.waiting import until
 
 ONE_CHECKPOINT = [{"stage": "Send", "description": "Bob is told", "verificationQuestion": "Send it?"}]
@@ -95,10 +94,6 @@ async def test_an_approval_racing_a_cancel_is_taken_whole_or_not_at_all(service:
             assert written["decisions"] == [] and written["decided"] == []
 
 
-def _asyncpg_dsn(settings: Settings) -> str:
-    return settings.database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
-
-
 async def _waiting_on_a_lock(conn: asyncpg.Connection, other: int) -> str | None:
     """The statement of the first backend of this database, but `other`, that waits for a lock."""
     found: str | None = await conn.fetchval(
@@ -116,8 +111,8 @@ async def test_an_approval_meeting_a_decision_in_a_transaction_neither_deadlocks
 ) -> None:
     owner = await account(service, "owner@example.com", "eval:manage")
     execution_id, checkpoint_id = await paused_run(service, owner.key, owner.email)
-    other = await asyncpg.connect(_asyncpg_dsn(service.settings))
-    watcher = await asyncpg.connect(_asyncpg_dsn(service.settings))
+    other = await asyncpg.connect(asyncpg_dsn(service.settings))
+    watcher = await asyncpg.connect(asyncpg_dsn(service.settings))
     try:
         # Another decision in a transaction, between its two writes: it holds the checkpoint, not yet the execution.
         held = other.transaction()
@@ -145,16 +140,6 @@ async def test_an_approval_meeting_a_decision_in_a_transaction_neither_deadlocks
     assert written["checkpoint"] == "approved" and len(written["decisions"]) == len(written["decided"]) == 1
 
 
-def _relation_scans(plan: dict[str, Any], relation: str) -> list[str]:
-    """How each scan of `relation` in an EXPLAIN (FORMAT JSON) plan reads it: the index's name, or the node's type."""
-    found = []
-    if plan.get("Relation Name") == relation:
-        found.append(plan.get("Index Name") or plan["Node Type"])
-    for child in plan.get("Plans", ()):
-        found += _relation_scans(child, relation)
-    return found
-
-
 # A plan's choice of index is PostgreSQL's; SQLite never decides alone.
 @pytest.mark.parametrize("database_url", [b for b in selected_backends() if b == "postgresql"], indirect=True)
 async def test_a_plain_approval_finds_its_execution_by_id_whatever_the_tables_statistics(service: Service) -> None:
@@ -168,15 +153,8 @@ async def test_a_plain_approval_finds_its_execution_by_id_whatever_the_tables_st
     dialect = service.db.engine.dialect
     parameters = {"checkpoint_id": checkpoint_id, "execution_id": execution_id, "attempt": 1, "by": owner.email}
     compiled = locked.compiled_for(dialect, tuple(parameters))
-    conn = await asyncpg.connect(_asyncpg_dsn(service.settings))
-    try:
-        assert await conn.fetchval("SELECT last_analyze IS NULL AND last_autoanalyze IS NULL FROM pg_stat_user_tables "
-                                   "WHERE relname = 'executions'")  # fmt: skip
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-        explained = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {compiled.sql}", *compiled.values(parameters))
-        scans = _relation_scans(json.loads(explained)[0]["Plan"], "executions")
+    async with generic_plans(service.settings) as conn:
+        scans = await scans_of(conn, compiled.sql, compiled.values(parameters), "executions")
         # And the statement finds the run it names, as the approval does.
         assert await conn.fetchval(compiled.sql, *compiled.values(parameters)) == checkpoint_id
-    finally:
-        await conn.close()
     assert scans == ["pk_executions"]
