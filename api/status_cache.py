@@ -16,7 +16,10 @@ What invalidates an entry (each published after its commit, heard through `core.
 
 - every commit that adds events to the execution (`core.events.append_events` says so on the execution's channel,
   with the last seq it added): the worker's claims, steps, pauses and endings, decisions, updates and cancels all
-  append one in the transaction that changes the rows the record shows;
+  append one in the transaction that changes the rows the record shows. A process hears the channels of the
+  executions whose records it filled lately (`MAX_FOLLOWED`), not every commit's: a fill stores only once its
+  execution's channel is confirmed heard (`core.bus.Listening.follow`), so the first read of an execution here
+  asks for its news and the next is cached. Unfollowing one (the oldest, past the bound) drops its entry;
 - what changes the record without an event announces it on `CACHE_CHANNEL` (`invalidate_status_after_commit`):
   a webhook attempt the worker recorded, a redelivery queued, an execution deleted.
 
@@ -28,6 +31,7 @@ hear, and bypassed while its bus listener is down (core/cache.py).
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,7 +44,7 @@ from api.auth import Caller
 from api.problems import not_found
 from api.status import record_and_facts
 from core.auth_cache import ApiKeyCache
-from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening
+from core.bus import CACHE_CHANNEL, EXECUTION_CHANNEL_PREFIX, Bus, Listening, execution_channel
 from core.cache import InvalidatingCache
 from core.metrics import MetricsSoFar, RunFacts
 from core.models import Execution, utcnow
@@ -51,6 +55,8 @@ from core.webhooks import invalidate_status_after_commit
 __all__ = ["StatusCache", "invalidate_status_after_commit", "listen_for_invalidations", "serve_status"]
 
 MAX_RECORDS = 10_000
+# Executions whose news a process hears from the others; an entry is filled only for one of those.
+MAX_FOLLOWED = MAX_RECORDS
 # A placeholder for each field filled in per request, unique to this process so that no stored text can look like one.
 _MARK = secrets.token_hex(16)
 
@@ -138,8 +144,27 @@ class CachedStatus:
 
 
 class StatusCache:
-    def __init__(self, ttl: float, max_entries: int = MAX_RECORDS) -> None:
+    def __init__(self, ttl: float, max_entries: int = MAX_RECORDS, max_followed: int = MAX_FOLLOWED) -> None:
         self.entries: InvalidatingCache[str, CachedStatus] = InvalidatingCache(ttl, max_entries)
+        self.max_followed = max_followed
+        # Execution ids whose channels are followed, the least recently filled first.
+        self._followed: OrderedDict[str, None] = OrderedDict()
+        self._listening: Listening | None = None
+
+    def hear_through(self, listening: Listening) -> None:
+        """Follow each filled execution's channel on `listening`, and store its record only once that is heard."""
+        self._listening = listening
+        self.entries.follows = self._follows
+
+    def _follows(self, execution_id: str) -> bool:
+        assert self._listening is not None
+        self._followed[execution_id] = None
+        self._followed.move_to_end(execution_id)
+        while len(self._followed) > self.max_followed:
+            gone, _ = self._followed.popitem(last=False)
+            self._listening.unfollow(execution_channel(gone))
+            self.entries.invalidate(gone)  # no longer heard: neither its entry nor a fill under way may stay
+        return self._listening.follow(execution_channel(execution_id))
 
     def clear(self) -> None:
         self.entries.clear()
@@ -165,7 +190,8 @@ async def serve_status(execution_id: str, caller: Caller, chat_url_of: Callable[
 
 def listen_for_invalidations(bus: Bus, keys: ApiKeyCache, statuses: StatusCache) -> Listening:
     """Wire both caches to the bus: events and cache messages invalidate, a listener reset clears, and neither
-    stores anything while the listener cannot hear."""
+    stores anything while the listener cannot hear (the status cache: nothing of an execution whose channel it
+    does not hear yet)."""
 
     def on_message(channel: str, message: dict[str, Any]) -> None:
         if channel.startswith(EXECUTION_CHANNEL_PREFIX):
@@ -180,11 +206,13 @@ def listen_for_invalidations(bus: Bus, keys: ApiKeyCache, statuses: StatusCache)
         statuses.clear()
 
     listening = bus.listen(
-        (EXECUTION_CHANNEL_PREFIX, CACHE_CHANNEL),
+        (CACHE_CHANNEL,),
         on_message,
         on_reset,
+        followed=(EXECUTION_CHANNEL_PREFIX,),
         name="the caches' bus listener",
         meanwhile="caches are cleared and bypassed",
     )
     keys.entries.hearing = statuses.entries.hearing = lambda: listening.healthy
+    statuses.hear_through(listening)
     return listening

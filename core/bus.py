@@ -42,7 +42,14 @@ class Subscription(Protocol):
 class Listening(Protocol):
     @property
     def healthy(self) -> bool:
-        """True while every message published from now on will be heard (subscribed and connected)."""
+        """True while every message published from now on on its prefixes will be heard (subscribed and
+        connected)."""
+
+    def follow(self, channel: str) -> bool:
+        """Hear `channel`, one under the listener's `followed` prefixes, until `unfollow`. True once every message
+        published on it from now on will be heard (its subscription confirmed); False until then."""
+
+    def unfollow(self, channel: str) -> None: ...
 
     async def stop(self) -> None: ...
 
@@ -62,6 +69,7 @@ class Bus(Protocol):
         on_message: MessageListener,
         on_reset: Callable[[], None],
         *,
+        followed: tuple[str, ...] = (),
         name: str = "a bus listener",
         meanwhile: str = "messages from other processes are missed",
     ) -> Listening:
@@ -70,7 +78,11 @@ class Bus(Protocol):
         a change committed here is known here by the time its request answers. `on_reset` is called
         whenever messages may have been missed (a lost connection, a resubscription). The listener keeps
         its subscription up by itself (core/reconnect.py); `name` and `meanwhile` are what its one warning
-        says when Redis is lost."""
+        says when Redis is lost.
+
+        A channel under one of `followed` is heard from this process always, and from other processes only
+        while `Listening.follow` holds it: a process that needs the news of a few executions does not decode
+        every commit's."""
 
     async def close(self) -> None: ...
 
@@ -104,6 +116,12 @@ class _InProcessListening:
     @property
     def healthy(self) -> bool:
         return self._listener in self._listeners
+
+    def follow(self, channel: str) -> bool:
+        return self.healthy  # every publish is this process's
+
+    def unfollow(self, channel: str) -> None:
+        pass
 
     async def stop(self) -> None:
         if self._listener in self._listeners:
@@ -145,10 +163,11 @@ class InProcessBus:
         on_message: MessageListener,
         on_reset: Callable[[], None],
         *,
+        followed: tuple[str, ...] = (),
         name: str = "a bus listener",
         meanwhile: str = "messages from other processes are missed",
     ) -> Listening:
-        listener = LocalListener(prefixes, on_message, on_reset)
+        listener = LocalListener((*prefixes, *followed), on_message, on_reset)
         self._listeners.append(listener)
         return _InProcessListening(self._listeners, listener)
 

@@ -7,14 +7,16 @@ value honest:
 
 - **invalidation**: `invalidate(key)` (or `clear()`) when the bus says the rows changed;
 - **tickets**: a fill reads the database, then stores. An invalidation that lands between the read and the store
-  would be lost (the entry did not exist yet to be dropped), so a fill takes a `ticket()` before reading and
+  would be lost (the entry did not exist yet to be dropped), so a fill takes a `ticket(key)` before reading and
   `put` refuses the value if its key was invalidated (or the cache cleared) since;
 - **age**: every entry is dropped `ttl` seconds after its fill, whatever the bus said: the bound on staleness
   for a change this process could not hear (another process's bus, a Redis outage, a half-open connection).
 
 `hearing()` is False while the bus listener is not subscribed: nothing is stored then, so a process that cannot
-hear invalidations reads the database every time instead of trusting what it might miss. A TTL of 0 disables
-the cache entirely.
+hear invalidations reads the database every time instead of trusting what it might miss. `follows(key)` is the
+same question for one key, where a process hears only the keys it asks for (api/status_cache.py): a ticket
+records the answer, and a fill whose key was not heard yet when it began reads without storing. A TTL of 0
+disables the cache entirely.
 
 `get_or_fill` shares one fill among the requests that miss one key at the same time. An entry of a key in
 steady use expires under all of that key's requests in flight at once (a CI script polling with one API key
@@ -39,6 +41,8 @@ V = TypeVar("V")
 @dataclass(frozen=True)
 class Ticket:
     generation: int
+    # Whether the key's invalidations were heard when the ticket was taken.
+    heard: bool
 
 
 class InvalidatingCache(Generic[K, V]):
@@ -51,6 +55,8 @@ class InvalidatingCache(Generic[K, V]):
         self.max_entries = max_entries
         # Whether invalidations reach this process now (the bus listener's health); set by whoever wires it.
         self.hearing: Callable[[], bool] = lambda: True
+        # Whether one key's invalidations reach this process from now on (asking for them if need be).
+        self.follows: Callable[[K], bool] = lambda key: True
         self._clock = clock
         self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
         # Bumped by every invalidation; a ticket older than a key's last invalidation cannot store it.
@@ -83,17 +89,18 @@ class InvalidatingCache(Generic[K, V]):
         self.hits += 1
         return value
 
-    def ticket(self) -> Ticket:
-        """Take before reading what `put` will store."""
-        return Ticket(self._generation)
+    def ticket(self, key: K) -> Ticket:
+        """Take before reading what `put` will store under `key`."""
+        return Ticket(self._generation, self.follows(key))
 
     def unchanged_since(self, key: K, ticket: Ticket) -> bool:
         """Whether nothing invalidated `key` (or cleared the cache) since `ticket` was taken."""
         return ticket.generation >= self._cleared_at and self._invalidated_at.get(key, -1) <= ticket.generation
 
     def put(self, key: K, value: V, ticket: Ticket) -> bool:
-        """Store `value` unless the cache is off or `key` was invalidated since `ticket`; True if stored."""
-        if not self.active or not self.unchanged_since(key, ticket):
+        """Store `value` unless the cache is off, `key` was not heard when `ticket` was taken or was invalidated
+        since; True if stored."""
+        if not (self.active and ticket.heard) or not self.unchanged_since(key, ticket):
             return False
         self._entries[key] = (self._clock() + self.ttl, value)
         self._entries.move_to_end(key)
@@ -115,7 +122,7 @@ class InvalidatingCache(Generic[K, V]):
             if filled:
                 self.shared_fills += 1
                 return value
-        ticket = self.ticket()
+        ticket = self.ticket(key)
         result: asyncio.Future[tuple[bool, V | None]] = asyncio.get_running_loop().create_future()
         if self.active:
             self._fills[key] = (ticket, result)

@@ -3,15 +3,16 @@ request could observe reaches the next read, in this process at once and in anot
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 
 import pytest
+import redis.asyncio as aioredis
 import sqlalchemy as sa
 
 from api.app import create_app
 from core.accounts import revoke_api_key
-from core.bus import CACHE_CHANNEL
+from core.bus import CACHE_CHANNEL, execution_channel
 from core.models import ApiKey, Execution, WebhookDelivery, utcnow
 from core.settings import Settings
 from core.webhook_sender import Outcome, _record, claim_due
@@ -192,6 +193,55 @@ async def test_with_redis_another_web_process_refuses_a_revoked_key_after_the_bu
     async with first.db.transaction() as session:  # revoked through the first process
         await revoke_api_key(session, owner.key_id)
     await until(refused, bus=second.db.bus, channel=CACHE_CHANNEL, timeout=5)
+
+
+async def test_with_redis_a_web_process_hears_the_news_of_the_executions_it_reads_and_no_others(
+    two_web_processes: tuple[Service, Service],
+) -> None:
+    first, second = two_web_processes
+    statuses = second.app.extensions["vouch"].status_cache
+    await until(lambda: _true(second.app.extensions["vouch"].cache_listening.healthy))
+    owner = await make_account(first.db, first.settings, "owner@example.com", "eval:manage")
+    read, unread = [(await insert_execution(first.db, owner, status="running"))[0] for _ in range(2)]
+    admin = aioredis.Redis.from_url(REDIS_URL)
+
+    async def subscribers(execution_id: str) -> int:
+        [(_, count)] = await admin.pubsub_numsub(execution_channel(execution_id))
+        return int(count)
+
+    def cached(execution_id: str) -> Callable[[], Awaitable[bool | None]]:
+        async def check() -> bool | None:
+            before = hits(second)[1]
+            await get_status(second, owner.key, execution_id)
+            return True if hits(second)[1] > before else None
+
+        return check
+
+    try:
+        # The first read asks for the execution's news; a read once it is heard is stored.
+        await until(cached(read), timeout=5)
+        assert (await subscribers(read), await subscribers(unread)) == (1, 0)
+
+        await finish(first.db, read, "failed", error="boom")  # committed and announced by the first process
+
+        async def shows_the_end() -> bool | None:
+            return True if (await get_status(second, owner.key, read))["status"] == "failed" else None
+
+        await until(shows_the_end, bus=second.db.bus, channel=execution_channel(read), timeout=5)
+
+        # Past the bound, the least recently filled is let go, and its entry with it: a change nobody announces
+        # shows in its next read at once, not after the TTL.
+        statuses.max_followed = 1
+        await until(cached(unread), timeout=5)
+        await until(lambda: _true_async(subscribers, read, 0), timeout=5)
+        await set_reviewer_behind_the_apps_back(first, read, "late@example.com")
+        assert (await get_status(second, owner.key, read))["assignedReviewer"] == "late@example.com"
+    finally:
+        await admin.aclose()
+
+
+async def _true_async(count: Callable[[str], Awaitable[int]], execution_id: str, expected: int) -> bool | None:
+    return True if await count(execution_id) == expected else None
 
 
 async def _true(value: bool) -> bool | None:

@@ -156,6 +156,94 @@ async def test_a_listener_whose_connection_is_killed_says_so_and_hears_again() -
         await receiver.close()
 
 
+async def test_a_followed_channel_is_heard_from_another_process_only_while_followed() -> None:
+    sender, receiver = RedisBus(REDIS_URL), RedisBus(REDIS_URL)
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    prefix, other = channel("followed") + ":", channel("plain")
+    followed, unfollowed = f"{prefix}one", f"{prefix}two"
+    heard: list[tuple[str, dict[str, Any]]] = []
+    try:
+        listening = receiver.listen(
+            (other,), lambda ch, message: heard.append((ch, message)), lambda: None, followed=(prefix,)
+        )
+        await until(lambda: _true(listening.healthy))
+        assert await _numsub(admin, followed) == 0  # nothing under the followed prefix is asked for by itself
+        await until(lambda: _true(listening.follow(followed)))
+        # One sender's messages arrive in order: had the unfollowed channel been heard, it would come first.
+        await sender.publish(unfollowed, {"n": 1})
+        await sender.publish(followed, {"n": 2})
+        await until(lambda: _true(len(heard) == 1))
+        assert heard == [(followed, {"n": 2})]
+
+        listening.unfollow(followed)
+        assert not listening.follow(unfollowed)  # its SUBSCRIBE is not answered yet
+        await until(lambda: _numsub(admin, followed, expect=0))
+        await sender.publish(followed, {"n": 3})
+        await sender.publish(other, {"n": 4})
+        await until(lambda: _true(len(heard) == 2))
+        assert heard[1] == (other, {"n": 4})
+
+        # Heard again once followed again; a channel asked for twice while its first answer is on its way counts
+        # as heard only with its last.
+        listening.unfollow(unfollowed)
+        await until(lambda: _true(listening.follow(followed) and listening.follow(unfollowed)))
+        await sender.publish(unfollowed, {"n": 5})
+        await until(lambda: _true(len(heard) == 3))
+        assert heard[2] == (unfollowed, {"n": 5})
+    finally:
+        await admin.aclose()
+        await sender.close()
+        await receiver.close()
+
+
+async def test_a_listener_subscribes_its_followed_channels_again_after_a_lost_connection() -> None:
+    named, name = named_url("followed-killed")
+    sender, receiver = RedisBus(REDIS_URL), RedisBus(named)
+    admin = aioredis.Redis.from_url(REDIS_URL)
+    prefix = channel("refollowed") + ":"
+    followed = f"{prefix}one"
+    heard: list[dict[str, Any]] = []
+    resets: list[None] = []
+    try:
+        listening = receiver.listen(
+            (channel("plain"),),
+            lambda _ch, message: heard.append(message),
+            lambda: resets.append(None),
+            followed=(prefix,),
+        )
+        await until(lambda: _true(listening.follow(followed)))
+        for client_id in await subscribed(admin, name):
+            await admin.execute_command("CLIENT", "KILL", "ID", client_id)
+        await until(lambda: _true(len(resets) >= 3))  # lost, then subscribed again
+        await until(lambda: _true(listening.follow(followed)))
+        await sender.publish(followed, {"after": "the kill"})
+        await until(lambda: _true(heard == [{"after": "the kill"}]))
+    finally:
+        await admin.aclose()
+        await sender.close()
+        await receiver.close()
+
+
+async def test_in_process_every_channel_is_heard_and_followed_at_once() -> None:
+    bus = InProcessBus()
+    heard: list[str] = []
+    listening = bus.listen(("a:",), lambda ch, _message: heard.append(ch), lambda: None, followed=("b:",))
+    assert listening.follow("b:1")
+    await bus.publish("b:2", {})
+    await bus.publish("c:1", {})
+    assert heard == ["b:2"]
+    await listening.stop()
+    assert not listening.follow("b:1")
+
+
+async def _numsub(admin: aioredis.Redis, ch: str, expect: int | None = None) -> Any:
+    """How many connections subscribe to `ch`; with `expect`, True once that many do (else None)."""
+    [(_, count)] = await admin.pubsub_numsub(ch)
+    if expect is None:
+        return count
+    return True if count == expect else None
+
+
 def test_make_bus_chooses_by_setting() -> None:
     assert isinstance(make_bus(None), InProcessBus)
 

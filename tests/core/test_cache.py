@@ -11,12 +11,12 @@ from core.cache import InvalidatingCache
 
 def test_a_fill_that_read_before_an_invalidation_is_not_stored() -> None:
     cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=10)
-    ticket = cache.ticket()  # the fill starts reading...
+    ticket = cache.ticket("a")  # the fill starts reading...
     cache.invalidate("a")  # ...the row changes and the bus says so...
     assert not cache.put("a", 1, ticket)  # ...so what it read is stale
     assert cache.get("a") is None
-    assert cache.put("a", 2, cache.ticket()) and cache.get("a") == 2
-    ticket = cache.ticket()
+    assert cache.put("a", 2, cache.ticket("a")) and cache.get("a") == 2
+    ticket = cache.ticket("b")
     cache.clear()
     assert not cache.put("b", 1, ticket)
 
@@ -24,10 +24,10 @@ def test_a_fill_that_read_before_an_invalidation_is_not_stored() -> None:
 def test_entries_expire_and_the_least_recently_used_goes_first() -> None:
     now = [100.0]
     cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=2, clock=lambda: now[0])
-    cache.put("a", 1, cache.ticket())
-    cache.put("b", 2, cache.ticket())
+    cache.put("a", 1, cache.ticket("a"))
+    cache.put("b", 2, cache.ticket("b"))
     assert cache.get("a") == 1
-    cache.put("c", 3, cache.ticket())  # "b" was used least recently
+    cache.put("c", 3, cache.ticket("c"))  # "b" was used least recently
     assert cache.get("b") is None and cache.get("a") == 1 and cache.get("c") == 3
     now[0] += 5
     assert cache.get("a") is None and len(cache) == 1
@@ -36,9 +36,24 @@ def test_entries_expire_and_the_least_recently_used_goes_first() -> None:
 def test_nothing_is_stored_while_the_bus_cannot_be_heard_or_with_a_ttl_of_zero() -> None:
     cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=2)
     cache.hearing = lambda: False
-    assert not cache.put("a", 1, cache.ticket())
+    assert not cache.put("a", 1, cache.ticket("a"))
     off: InvalidatingCache[str, int] = InvalidatingCache(ttl=0, max_entries=2)
-    assert not off.put("a", 1, off.ticket()) and off.get("a") is None
+    assert not off.put("a", 1, off.ticket("a")) and off.get("a") is None
+
+
+async def test_a_fill_begun_before_its_key_was_heard_reads_without_storing() -> None:
+    cache: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=10)
+    heard: set[str] = set()
+    cache.follows = lambda key: key in heard
+    ticket = cache.ticket("a")  # the fill starts reading before the key's news reaches this process...
+    heard.add("a")
+    assert not cache.put("a", 1, ticket)  # ...so a change committed meanwhile may have gone unheard
+    assert await cache.get_or_fill("b", lambda: _value(2)) == 2 and cache.get("b") is None
+    assert await cache.get_or_fill("a", lambda: _value(3)) == 3 and cache.get("a") == 3
+
+
+async def _value(value: int) -> int:
+    return value
 
 
 class Reads:
