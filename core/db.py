@@ -19,7 +19,8 @@ from core.backends import BACKEND, backend_for, backend_of
 from core.backends.base import Backend
 from core.bus import Bus
 from core.sql import one_of as one_of
-from core.sqlite import make_sqlite_engine
+from core.sqlite import make_sqlite_engine, sqlite_file
+from core.wal_checkpoints import WalCheckpoints
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,8 @@ class Database:
         self.traces = traces
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
+        path = sqlite_file(url) if self.dialect == "sqlite" else None
+        self.wal_checkpoints = WalCheckpoints(self.engine, path) if path is not None else None
         # What differs between the databases, chosen once; each session carries it (core.backends.backend_of).
         self.backend = backend_for(self.dialect)
         info = {BACKEND: self.backend, TRACES: traces}
@@ -349,4 +352,6 @@ class Database:
             yield session
 
     async def dispose(self) -> None:
+        if self.wal_checkpoints is not None:
+            await self.wal_checkpoints.close()
         await self.engine.dispose()

@@ -141,6 +141,12 @@ class _Writers:
         )
 
 
+def sqlite_file(url: str) -> str | None:
+    """The database file a SQLite URL names; None for an in-memory database."""
+    database = make_url(url).database
+    return None if not database or database == ":memory:" or database.startswith("file::memory:") else database
+
+
 def make_sqlite_engine(url: str, **kwargs: Any) -> AsyncEngine:
     database = make_url(url).database or ":memory:"
 
