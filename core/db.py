@@ -19,8 +19,7 @@ from core.backends import BACKEND, backend_for, backend_of
 from core.backends.base import Backend
 from core.bus import Bus
 from core.sql import one_of as one_of
-from core.sqlite import make_sqlite_engine, sqlite_file
-from core.wal_checkpoints import WalCheckpoints
+from core.sqlite import make_sqlite_engine
 
 log = logging.getLogger(__name__)
 
@@ -184,10 +183,9 @@ class Database:
         self.traces = traces
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
-        path = sqlite_file(url) if self.dialect == "sqlite" else None
-        self.wal_checkpoints = WalCheckpoints(self.engine, path) if path is not None else None
         # What differs between the databases, chosen once; each session carries it (core.backends.backend_of).
         self.backend = backend_for(self.dialect)
+        self.wal_checkpoints = self.backend.wal_checkpoints(self.engine, url)
         info = {BACKEND: self.backend, TRACES: traces}
         self._read = async_sessionmaker(self.engine, expire_on_commit=False, info=info)
         self._write = async_sessionmaker(

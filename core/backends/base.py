@@ -15,9 +15,10 @@ from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectStatement
+from core.wal_checkpoints import WalCheckpoints
 
 # A SELECT, whatever its columns: what `skip_locked` gives back.
 SelectT = TypeVar("SelectT", bound=sa.Select[Any])
@@ -63,6 +64,11 @@ class Backend(ABC):
     name: str
     # Whether a statement may run outside any session, committing by itself (`core.db.Database.alone`).
     writes_alone: bool = False
+
+    def wal_checkpoints(self, engine: AsyncEngine, url: str) -> WalCheckpoints | None:
+        """What checkpoints the write-ahead log of `url`'s database off the event loop, where this process must
+        (SQLite's file: core/wal_checkpoints.py); None where the database does that itself."""
+        return None
 
     @abstractmethod
     def insert(self, table: Any) -> Insert:

@@ -10,12 +10,14 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from core._sqlalchemy_shortcuts import DirectCursor, DirectStatement, run_direct
 from core.backends.base import Appended, Backend, Companion, SelectT, event_rows
 from core.models import EVENTS, EXECUTIONS, utcnow
 from core.sql import one_of
+from core.sqlite import sqlite_file
+from core.wal_checkpoints import WalCheckpoints
 
 _INSERT_EVENTS = DirectStatement(sa.insert(EVENTS))
 
@@ -37,6 +39,10 @@ def _microseconds(moment: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
 
 class SqliteBackend(Backend):
     name = "sqlite"
+
+    def wal_checkpoints(self, engine: AsyncEngine, url: str) -> WalCheckpoints | None:
+        path = sqlite_file(url)
+        return WalCheckpoints(engine, path) if path is not None else None
 
     def insert(self, table: Any) -> sqlite.Insert:
         return sqlite.insert(table)
