@@ -91,7 +91,7 @@ class InvalidatingCache(Generic[K, V]):
 
     def ticket(self, key: K) -> Ticket:
         """Take before reading what `put` will store under `key`."""
-        return Ticket(self._generation, self.follows(key))
+        return Ticket(self._generation, self.active and self.follows(key))
 
     def unchanged_since(self, key: K, ticket: Ticket) -> bool:
         """Whether nothing invalidated `key` (or cleared the cache) since `ticket` was taken."""

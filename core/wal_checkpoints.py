@@ -48,7 +48,10 @@ class WalCheckpoints:
     def _committed(self, conn: Connection) -> None:
         if self._closed or self._due is not None or not conn.get_execution_options().get("vouch_write", False):
             return
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # a commit outside this process's event loop: the next one on it asks
         self._due = loop.call_later(AFTER_SECONDS, self._start)
 
     def _start(self) -> None:

@@ -52,6 +52,22 @@ async def test_a_fill_begun_before_its_key_was_heard_reads_without_storing() -> 
     assert await cache.get_or_fill("a", lambda: _value(3)) == 3 and cache.get("a") == 3
 
 
+async def test_a_cache_that_is_off_asks_for_no_keys_news() -> None:
+    asked: list[str] = []
+
+    def follows(key: str) -> bool:
+        asked.append(key)
+        return True
+
+    off: InvalidatingCache[str, int] = InvalidatingCache(ttl=0, max_entries=2)
+    deaf: InvalidatingCache[str, int] = InvalidatingCache(ttl=5, max_entries=2)
+    deaf.hearing = lambda: False
+    for cache in (off, deaf):
+        cache.follows = follows
+        assert await cache.get_or_fill("a", lambda: _value(1)) == 1
+    assert asked == []
+
+
 async def _value(value: int) -> int:
     return value
 
