@@ -1,6 +1,6 @@
 """How a long-running loop that holds a Redis subscription reports losing it and paces getting it back.
 
-Every such loop (the bus listeners behind wake-ups, mail, webhooks and caches: core/redis_bus.py; the chat's
+Every such loop (the bus listeners behind wake-ups, mail, webhooks and caches: core/redis_listening.py; the chat's
 Socket.IO listener: chat/fanout.py) behaves alike: ONE warning when the connection is lost or cannot be made at
 start, however many attempts fail after it; a wait between attempts that doubles up to a cap (with jitter, so
 the processes of a fleet do not all reconnect in the same instant after Redis restarts); ONE line when it is

@@ -24,6 +24,9 @@ from redis.exceptions import ResponseError
 Packed = list[bytes]
 """A command as redis-py's `Connection.pack_command` packs it."""
 
+# How long Redis may take to answer a publish, a subscription or a ping before its connection counts as lost.
+REDIS_ANSWER_SECONDS = 5.0
+
 
 class OrderedCalls:
     """`call(*args)`: one command, its answer (an error answer is raised, e.g. `NoScriptError`). Concurrent

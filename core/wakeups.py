@@ -1,7 +1,7 @@
 """Wake-ups for a loop that polls anyway (the mail dispatcher, the webhook sender): woken at once by a message on
 its channels, by its poll otherwise.
 
-Built on `Bus.listen`, whose subscription keeps itself up (core/redis_bus.py, core/reconnect.py): when Redis goes
+Built on `Bus.listen`, whose subscription keeps itself up (core/redis_listening.py, core/reconnect.py): when Redis goes
 away the loop's poll is all it has, and when the subscription is back the loop is woken once, for what was
 published meanwhile. Nothing here can fail the loop: a lost connection is the listener's to mend, never raised.
 """
