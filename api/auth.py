@@ -15,7 +15,6 @@ from api.problems import ApiError, not_found, unauthorized
 from api.ratelimit_http import charge_request
 from core import apikeys
 from core.models import Execution, utcnow
-from core.web.services import db_session
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -35,14 +34,12 @@ def current_caller() -> Caller:
 
 
 async def authenticate() -> Caller:
-    return await caller_of(app_services(), request.headers.get("Authorization"), request.remote_addr, db_session)
+    return await caller_of(app_services(), request.headers.get("Authorization"), request.remote_addr)
 
 
-async def caller_of(
-    found: AppServices, header: str | None, remote_addr: str | None, session: Callable[[], AsyncSession]
-) -> Caller:
+async def caller_of(found: AppServices, header: str | None, remote_addr: str | None) -> Caller:
     """Who an `Authorization: Bearer <API key>` header names (401 otherwise): REST's check, and MCP's
-    (api/mcp_server.py). `session` is opened only on a key-cache miss."""
+    (api/mcp_server.py)."""
     if not header:
         raise unauthorized("missing_api_key", "send your API key as 'Authorization: Bearer svc_eval_…'")
     scheme, _, secret = header.partition(" ")
@@ -50,8 +47,8 @@ async def caller_of(
     if scheme.lower() != "bearer" or not secret or " " in secret:
         raise unauthorized("malformed_authorization", "the Authorization header must be 'Bearer <API key>'")
     # This runs before every API request: the key and its owner come from the process's key cache
-    # (core/auth_cache.py), which opens the request's session only on a miss.
-    key = await found.auth_cache.find(secret, found.settings.secret_key, session)
+    # (core/auth_cache.py), which reads the database only on a miss.
+    key = await found.auth_cache.find(secret, found.settings.secret_key, found.db)
     if key is None:
         raise unauthorized("invalid_api_key", "this API key is not valid")
     now = utcnow()

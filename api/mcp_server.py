@@ -271,20 +271,8 @@ class McpEndpoint:
 
     async def _caller(self, scope: Scope) -> Caller:
         services: AppServices = self.app.extensions["vouch"]
-        opened: list[AsyncSession] = []
-
-        def session() -> AsyncSession:
-            opened.append(services.db.session(write=False))
-            return opened[-1]
-
         client = scope.get("client")
-        try:
-            caller = await caller_of(
-                services, Headers(scope=scope).get("authorization"), client[0] if client else None, session
-            )
-        finally:
-            for each in opened:
-                await each.close()
+        caller = await caller_of(services, Headers(scope=scope).get("authorization"), client[0] if client else None)
         refused = lacks_scope(caller, SCOPE)
         if refused is not None:
             raise refused

@@ -57,8 +57,12 @@ async def approve_and_observe(st: Stack, targets: Sequence[tuple[str, str]], rat
     sent: dict[str, float] = {}
     answered: list[float] = []
     failures: list[str] = []
-    cpu_before = st.cpu()
     async with st.client() as client:
+        # The connection is opened before the first decision, as the peers' scripts open theirs (a GET /healthz):
+        # the first approval is not also timed to a TCP handshake.
+        async with client.get(f"{st.base}/healthz") as warm:
+            await warm.read()
+        cpu_before = st.cpu()
 
         async def send(i: int) -> None:
             execution_id, checkpoint_id = targets[i]

@@ -15,16 +15,14 @@ whose bus is in-process), or a web process that lost Redis, sees the change at m
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from core import apikeys
 from core.accounts import api_key_and_email_by_digest, key_state
 from core.cache import InvalidatingCache
+from core.db import Database
 
 MAX_KEYS = 10_000
 
@@ -49,15 +47,21 @@ class ApiKeyCache:
     def __init__(self, ttl: float, max_entries: int = MAX_KEYS) -> None:
         self.entries: InvalidatingCache[str, KnownKey] = InvalidatingCache(ttl, max_entries)
 
-    async def find(self, secret: str, secret_key: bytes, session: Callable[[], AsyncSession]) -> KnownKey | None:
-        """The key a presented secret names, from the cache or (opening `session()` only then) the database;
-        None for a look-alike or an unknown key (not cached: a key that does not exist is not a hot path)."""
+    async def find(self, secret: str, secret_key: bytes, db: Database) -> KnownKey | None:
+        """The key a presented secret names, from the cache or the database; None for a look-alike or an unknown
+        key (not cached: a key that does not exist is not a hot path).
+
+        The database is read apart from the request's own session (`Database.reading`), which stays untouched for
+        the request: a decision or a create whose statement commits by itself (core.db.commits_alone) still does
+        after a miss (issue 25: each entry's expiry sent one approval in `VOUCH_AUTH_CACHE_SECONDS` the long way,
+        in a transaction)."""
         if not apikeys.is_well_formed(secret):
             return None
         digest = apikeys.key_digest(secret, secret_key)
 
         async def read() -> KnownKey | None:
-            found = await api_key_and_email_by_digest(session(), digest)
+            async with db.reading() as session:
+                found = await api_key_and_email_by_digest(session, digest)
             if found is None:
                 return None
             key, email = found

@@ -193,6 +193,11 @@ class Database:
         )
         # The same pool's connections, each statement committing by itself (`alone`).
         self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        # `reading`'s sessions. Where statements commit by themselves (PostgreSQL), each already reads its own
+        # snapshot inside a transaction too (READ COMMITTED): outside one it costs no BEGIN and no ROLLBACK.
+        self._reading = async_sessionmaker(
+            self._autocommit if self.backend.writes_alone else self.engine, expire_on_commit=False, info=info
+        )
         self._event_sinks: list[EventSink] = []
         # Tasks inside a write transaction (with its depth), and those to cancel as soon as it ends.
         self._writing: dict[asyncio.Task[Any], int] = {}
@@ -346,7 +351,9 @@ class Database:
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[AsyncSession]:
-        async with self.session(write=False) as session:
+        """A session for reads only, apart from any other: on PostgreSQL its statements run outside a transaction
+        (each sees what was committed when it began, as in one), on SQLite in a read transaction of its own."""
+        async with self._reading() as session:
             yield session
 
     async def dispose(self) -> None:

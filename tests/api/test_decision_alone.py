@@ -11,6 +11,8 @@ from typing import Any
 import asyncpg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
 
 from core._sqlalchemy_shortcuts import DirectStatement
 from core.models import Checkpoint, Decision, Event, Execution
@@ -158,3 +160,34 @@ async def test_a_plain_approval_finds_its_execution_by_id_whatever_the_tables_st
         # And the statement finds the run it names, as the approval does.
         assert await conn.fetchval(compiled.sql, *compiled.values(parameters)) == checkpoint_id
     assert scans == ["pk_executions"]
+
+
+# Only PostgreSQL decides alone.
+@pytest.mark.parametrize("database_url", [b for b in selected_backends() if b == "postgresql"], indirect=True)
+async def test_an_approval_whose_key_is_read_from_the_database_still_decides_alone(
+    service: Service, api_only: Service
+) -> None:
+    """A key not in the process's key cache (each entry expires after VOUCH_AUTH_CACHE_SECONDS) is read apart from
+    the request's session: the approval that follows still commits statement by statement, with no connection of
+    its process in a transaction (issue 25: read in the request's session, it sent one approval every few seconds
+    the long way)."""
+    owner = await account(service, "owner@example.com", "eval:manage")
+    execution_id, checkpoint_id = await paused_run(service, owner.key, owner.email)
+    # Decided through a second process (no worker of its own) that has never seen the key: what it begins is the
+    # approval's, and only the approval's.
+    engine = api_only.db.engine.sync_engine
+    begun: list[str | None] = []
+
+    def began(connection: Connection) -> None:
+        begun.append(connection.get_execution_options().get("isolation_level"))
+
+    event.listen(engine, "begin", began)
+    try:
+        code, body = await decide(api_only, owner.key, execution_id, checkpoint_id, {"decision": "approve"})
+    finally:
+        event.remove(engine, "begin", began)
+
+    assert code == 200, body
+    assert begun and set(begun) == {"AUTOCOMMIT"}, begun
+    written = await what_was_written(service, execution_id, checkpoint_id)
+    assert written["checkpoint"] == "approved" and len(written["decisions"]) == len(written["decided"]) == 1
