@@ -164,11 +164,12 @@ class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: 
     """Rooms shared through Redis; what arrives is delivered locally in turn (the MRO puts InTurnDelivery's
     emit under the pub/sub manager's own, which publishes, then delivers here).
 
-    Besides the manager's channel, it listens to the channel of each room `own_channel` names (`room_channel`)
-    while someone is in that room here: publishers that send a room's messages there (chat/fanout.py) reach only
-    the processes watching it, where every web process decoded every message of every execution to find most
-    of them watched by nobody (issue 25). Joining such a room waits until its SUBSCRIBE has been sent, so that
-    what commits after the join's replay read arrives live (as `listen_before_serving` for the manager's channel).
+    Besides the manager's channel, it listens to the channel `channel_of` names for a room (`room_channel`) while
+    someone is in that room, or in another room of the same channel, here: publishers that send there
+    (chat/fanout.py) reach only the processes watching, where every web process decoded every message of every
+    execution to find most of them watched by nobody (issue 25). Joining such a room waits until its SUBSCRIBE has
+    been sent, so that what commits after the join's replay read arrives live (as `listen_before_serving` for the
+    manager's channel).
 
     Its listener keeps its subscription up as every other Redis subscription here does (core/reconnect.py).
     python-socketio's own loop logged an error on every failed attempt, waited up to a minute between them, never
@@ -176,14 +177,16 @@ class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: 
     resubscribe behind the caller's back, are off (no retries: a lost connection is raised, and counted here).
     """
 
-    def __init__(self, url: str, own_channel: Callable[[str], bool] = lambda room: False) -> None:
+    def __init__(self, url: str, channel_of: Callable[[str], str | None] = lambda room: None) -> None:
         super().__init__(url, redis_options={"retry": Retry(NoBackoff(), 0)})
         self._reconnecting = Reconnecting(
             "the chat's Socket.IO listener", "live events from other processes are missed (watchers catch up by seq)"
         )
-        self._own_channel = own_channel
-        # Room channels with someone in their room here; those subscribed on the current pubsub, which counts one
-        # more each time the listener subscribes anew (a change made for an older one is not this one's).
+        self._channel_of = channel_of
+        # The rooms here with someone in them, by the channel (`room_channel`) they are heard on; the channels
+        # wanted (those with such a room); those subscribed on the current pubsub, which counts one more each time
+        # the listener subscribes anew (a change made for an older one is not this one's).
+        self._rooms_by_channel: dict[str, set[str]] = {}
         self._wanted: set[str] = set()
         self._subscribed: set[str] = set()
         self._subscription = 0
@@ -192,14 +195,23 @@ class RedisInTurnDelivery(socketio.AsyncRedisManager, InTurnDelivery):  # type: 
 
     def basic_enter_room(self, sid: str, namespace: str, room: Any, eio_sid: str | None = None) -> None:
         super().basic_enter_room(sid, namespace, room, eio_sid=eio_sid)
-        if isinstance(room, str) and self._own_channel(room):
-            self._want(room_channel(self.channel, room), True)
+        name = self._channel_of(room) if isinstance(room, str) else None
+        if name is not None:
+            channel = room_channel(self.channel, name)
+            self._rooms_by_channel.setdefault(channel, set()).add(room)
+            self._want(channel, True)
 
     def basic_leave_room(self, sid: str, namespace: str, room: Any) -> None:
         super().basic_leave_room(sid, namespace, room)
-        if isinstance(room, str) and self._own_channel(room):
-            if not any(room in rooms for rooms in self.rooms.values()):
-                self._want(room_channel(self.channel, room), False)
+        name = self._channel_of(room) if isinstance(room, str) else None
+        if name is None or any(room in rooms for rooms in self.rooms.values()):
+            return
+        channel = room_channel(self.channel, name)
+        watched = self._rooms_by_channel.get(channel, set())
+        watched.discard(room)
+        if not watched:
+            self._rooms_by_channel.pop(channel, None)
+            self._want(channel, False)
 
     async def enter_room(self, sid: str, namespace: str, room: Any, eio_sid: str | None = None) -> None:
         await super().enter_room(sid, namespace, room, eio_sid=eio_sid)

@@ -38,8 +38,8 @@ EVENT = "event"
 DELTA = "delta"
 
 
-# The events every web process hears through Redis, watched or not: they move an execution between the live lists
-# (chat/lists.py), whose watchers are in rooms of their own. Every other message goes to its room's channel only.
+# The events that move an execution between the live lists (chat/lists.py), whose watchers are in rooms of their own:
+# besides their room's channel, they go on LISTS_HEARD's.
 MOVES_BETWEEN_LISTS = frozenset(
     {
         EventType.EXECUTION_CREATED,
@@ -55,15 +55,27 @@ MOVES_BETWEEN_LISTS = frozenset(
     }
 )
 _ROOM_PREFIX = "execution:"
+# The live lists' rooms (chat/lists.py) begin so.
+LIST_ROOM_PREFIX = "lists:"
+# The channel (`room_channel`) on which the events that move an execution between the lists are heard, which a web
+# process subscribes to while someone has a list open there. Each goes there as an emit into the room of that name,
+# which nobody is ever in: the process hears it (the manager's `heard`: chat/lists.py) and sends it to no socket;
+# the execution's watchers have it from their room's channel.
+LISTS_HEARD = "lists"
 
 
 def room_of(execution_id: str) -> str:
     return f"{_ROOM_PREFIX}{execution_id}"
 
 
-def has_own_channel(room: str) -> bool:
-    """Whether `room`'s messages go through Redis on a channel of its own (an execution's room)."""
-    return room.startswith(_ROOM_PREFIX)
+def channel_of(room: str) -> str | None:
+    """The name of the Redis channel `room`'s messages are heard on (`room_channel`): an execution's room has its
+    own, the live lists' rooms share LISTS_HEARD's, and any other room's go on the manager's (None)."""
+    if room.startswith(_ROOM_PREFIX):
+        return room
+    if room.startswith(LIST_ROOM_PREFIX):
+        return LISTS_HEARD
+    return None
 
 
 class _Emitter(Protocol):
@@ -93,8 +105,8 @@ class QueuedRoomSink:
 
     It publishes what python-socketio's `AsyncPubSubManager.emit` publishes (chat/_socketio_shortcuts.py), so a web
     process's manager delivers it as its own: on the room's channel, which only the processes watching the room
-    hear, or, for an event that moves the execution between lists, on the manager's, which all hear. The two
-    leave on one connection in the order put, and reach each subscriber in that order. With `local`, this
+    hear, and, for an event that moves the execution between lists, on LISTS_HEARD's too, which those with a list
+    open hear. All leave on one connection in the order put, and reach each subscriber in that order. With `local`, this
     process's own rooms are served too, in order, from a task of its own, as `emit` does (the manager skips its own
     messages when they come back from Redis): a commit does not wait for a room's fan-out either.
     """
@@ -116,12 +128,12 @@ class QueuedRoomSink:
     def _send(self, name: str, message: dict[str, Any]) -> None:
         if self._local is not None:
             self._local.put((name, message))
-        room = room_of(message["executionId"])
-        published = pubsub_emit(self._manager, name, NAMESPACE, room, message)
-        channel = self._manager.channel
-        if name != EVENT or message.get("type") not in MOVES_BETWEEN_LISTS:
-            channel = room_channel(channel, room)
-        self._publisher.publish(channel, self._manager.json.dumps(published))
+        rooms = [room_of(message["executionId"])]
+        if name == EVENT and message.get("type") in MOVES_BETWEEN_LISTS:
+            rooms.append(LISTS_HEARD)
+        for room in rooms:
+            published = pubsub_emit(self._manager, name, NAMESPACE, room, message)
+            self._publisher.publish(room_channel(self._manager.channel, room), self._manager.json.dumps(published))
 
     async def _emit(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         for name, message in batch:
@@ -142,7 +154,7 @@ class QueuedRoomSink:
 def server_manager(redis_url: str | None) -> socketio.AsyncManager:
     """The web server's client manager: shared through Redis when configured, in-process otherwise."""
     if redis_url:
-        return RedisInTurnDelivery(redis_url, has_own_channel)
+        return RedisInTurnDelivery(redis_url, channel_of)
     return InTurnDelivery()
 
 

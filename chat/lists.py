@@ -2,8 +2,8 @@
 
 Every event a web process delivers passes its Socket.IO manager (chat/_socketio_shortcuts.py), whether it was
 committed here or arrived through Redis from a worker. Those that move an execution between lists (created,
-started, waiting for review, decided, ended, scored, reassigned) reach every web process, watched or not
-(chat/fanout.py `MOVES_BETWEEN_LISTS`), and are heard here; once per turn the executions concerned
+started, waiting for review, decided, ended, scored, reassigned) reach every web process where someone has a list
+open (chat/fanout.py `MOVES_BETWEEN_LISTS`, `LISTS_HEARD`), and are heard here; once per turn the executions concerned
 are looked up, and a ping without content goes to the rooms of their owner and their reviewers. The page then
 fetches itself again over HTTP, with its own session: what anyone sees is what the page would show them, under the
 page's own authorisation, and the ping says nothing but "something of yours changed".
@@ -19,7 +19,7 @@ from typing import Any
 import socketio
 import sqlalchemy as sa
 
-from chat.fanout import EVENT, MOVES_BETWEEN_LISTS, NAMESPACE
+from chat.fanout import EVENT, LIST_ROOM_PREFIX, MOVES_BETWEEN_LISTS, NAMESPACE
 from core.db import Database
 from core.models import Execution
 from core.vocabulary import EventType
@@ -30,11 +30,11 @@ LISTS = "lists"
 
 
 def owner_room(user_id: str) -> str:
-    return f"lists:user:{user_id}"
+    return f"{LIST_ROOM_PREFIX}user:{user_id}"
 
 
 def reviewer_room(email: str) -> str:
-    return f"lists:reviewer:{email.strip().lower()}"
+    return f"{LIST_ROOM_PREFIX}reviewer:{email.strip().lower()}"
 
 
 class ListNotifier:
@@ -59,7 +59,9 @@ class ListNotifier:
 
     def _watched(self) -> bool:
         rooms = self._server.manager.rooms.get(NAMESPACE, {})
-        return any(isinstance(room, str) and room.startswith("lists:") and members for room, members in rooms.items())
+        return any(
+            isinstance(room, str) and room.startswith(LIST_ROOM_PREFIX) and members for room, members in rooms.items()
+        )
 
     async def _ping(self) -> None:
         await asyncio.sleep(0)  # the rest of this turn's events join the batch
@@ -81,7 +83,8 @@ class ListNotifier:
                 for named in batch.values():
                     rooms.update(reviewer_room(email) for email in named)
                 for room in sorted(rooms):
-                    # Here only: every web process hears every list-moving event and pings its own watchers.
+                    # Here only: every web process with a list open hears every list-moving event and pings its own
+                    # watchers.
                     await self._server.emit(LISTS, {}, namespace=NAMESPACE, room=room, ignore_queue=True)
             except Exception:
                 log.warning("chat: pinging the live lists failed", exc_info=True)

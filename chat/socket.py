@@ -36,7 +36,15 @@ from quart import Quart
 from chat.access import MAX_TOKEN, Access, Person, access_to, view_token_ok
 from chat.apikey import key_access, key_id_for, presented_key
 from chat.conversation import run_metrics, status_of
-from chat.fanout import NAMESPACE, QueuedRoomSink, RoomSink, listen_before_serving, room_of, server_manager
+from chat.fanout import (
+    LIST_ROOM_PREFIX,
+    NAMESPACE,
+    QueuedRoomSink,
+    RoomSink,
+    listen_before_serving,
+    room_of,
+    server_manager,
+)
 from chat.lists import ListNotifier, owner_room, reviewer_room
 from core.db import Database
 from core.events import event_message, events_after
@@ -195,7 +203,7 @@ class ChatNamespace(socketio.AsyncNamespace):  # type: ignore[misc]
         person, _, _ = await self._who(sid)
         if person is None:
             for room in self.rooms(sid):
-                if room.startswith("lists:"):
+                if room.startswith(LIST_ROOM_PREFIX):
                     await self.leave_room(sid, room)
             return forbidden().answer()
         await self.enter_room(sid, owner_room(person.user_id))
