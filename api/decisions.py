@@ -9,6 +9,7 @@ from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from quart import Blueprint, request
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import current_caller, require_scope
 from api.problems import ApiError, not_found
@@ -22,6 +23,7 @@ from core.web.services import db_session, services
 from review import (
     AlreadyDecided,
     DecisionError,
+    DecisionRecord,
     InvalidInput,
     NotDecidedAlone,
     NotReviewer,
@@ -66,7 +68,7 @@ async def decide_checkpoint(execution_id: str, checkpoint_id: str) -> tuple[dict
         body = parse_body(DecisionIn, await json_body())
         return body.decision, body.comment, body.editedArgs, body.rating, body.labels
 
-    return await _decide(execution_id, checkpoint_id, read)
+    return await _decide(execution_id, checkpoint_id, read, first_attempt_alone=True)
 
 
 @blueprint.post("/<execution_id>/grade")
@@ -109,16 +111,41 @@ class _Deciding(NamedTuple):
 _Answer = tuple[Literal["approve", "reject"], str, dict[str, Any] | None, int | None, list[str] | None]
 
 
+# The attempt a plain approval is first tried at (`first_attempt_alone`): most checkpoints are approved at their first.
+FIRST_ATTEMPT = 1
+
+
 async def _decide(
-    execution_id: str, checkpoint_id: str, read: Callable[[], Awaitable[_Answer]]
+    execution_id: str,
+    checkpoint_id: str,
+    read: Callable[[], Awaitable[_Answer]],
+    *,
+    first_attempt_alone: bool = False,
 ) -> tuple[dict[str, Any], int]:
-    """Decide as the caller, once they are known to be the reviewer: `read` gives the body's answer (read only
-    then, so that someone who may not see the execution learns nothing from a 422)."""
+    """Decide as the caller, once they are known to be the reviewer: `read` gives the body's answer (told only
+    then, so that someone who may not see the execution learns nothing from a 422).
+
+    With `first_attempt_alone`, where statements commit by themselves, a plain approval is first tried at
+    FIRST_ATTEMPT as the decision's one statement (review.decide; decision_statements.APPROVED_ALONE), before
+    anything is read: it writes only if the caller may decide that attempt of this checkpoint of this execution
+    now. Anything else writes nothing and goes the usual way, which reads who may decide and which attempt waits,
+    and answers precisely (issue 25: one round trip where there were two)."""
     caller = current_caller()
     session = db_session()
-    # Where the database can, this statement and, for a plain approval, the decision each commit by themselves:
-    # two round trips, no BEGIN and no COMMIT (issue 25). Anything else goes back to a transaction below.
+    # Where the database can, the statements below commit by themselves: no BEGIN and no COMMIT (issue 25).
+    # Anything else goes back to a transaction below.
     alone = await commits_alone(session)
+    answer: _Answer | None = None
+    refused_body: ApiError | None = None
+    if alone and first_attempt_alone:
+        try:
+            answer = await read()
+        except ApiError as refused:
+            refused_body = refused  # told once the caller is known to see the execution
+        if answer is not None:
+            decided = await _first_attempt_approved(session, execution_id, checkpoint_id, caller.email, answer)
+            if decided is not None:
+                return decided
     # One Core statement for the execution, this checkpoint of it and the rule (issue 25: each was a statement).
     parameters = {"execution_id": execution_id, "checkpoint_id": checkpoint_id, "by": caller.email}
     rows = await run_direct(session, lambda cursor: cursor.execute(_DECIDING, parameters))
@@ -141,7 +168,9 @@ async def _decide(
             "not_assigned_reviewer",
             f"only the assigned reviewer ({found.assigned_reviewer}) may decide",
         )
-    decision, comment, edited_args, rating, labels = await read()
+    if refused_body is not None:
+        raise refused_body
+    decision, comment, edited_args, rating, labels = answer if answer is not None else await read()
     deciding = functools.partial(
         decide,
         session,
@@ -189,6 +218,40 @@ async def _decide(
         raise not_found("checkpoint") from None
     except DecisionError as exc:
         raise ApiError(409, exc.code, str(exc)) from None
+    return _decided(execution_id, checkpoint_id, record)
+
+
+async def _first_attempt_approved(
+    session: AsyncSession, execution_id: str, checkpoint_id: str, by: str, answer: _Answer
+) -> tuple[dict[str, Any], int] | None:
+    """The answer to a plain approval (`_decide`, `first_attempt_alone`) taken at FIRST_ATTEMPT as one statement;
+    None, with nothing written, when it was not taken (not a plain approval, not this attempt, not this caller's
+    to decide, an answer the decision refuses: the usual way says which)."""
+    decision, comment, edited_args, rating, labels = answer
+    if decision != "approve" or edited_args is not None:
+        return None
+    try:
+        record = await decide(
+            session,
+            checkpoint_id,
+            decision,
+            by=by,
+            via=Channel.API,
+            comment=comment,
+            remote_addr=request.remote_addr,
+            attempt=FIRST_ATTEMPT,
+            execution_id=execution_id,
+            rating=rating,
+            labels=labels,
+        )
+    except (NotDecidedAlone, DecisionError):
+        return None
+    # Its statement committed by itself: the wake-up goes out now, before the answer is built.
+    await services().db.commit(session)
+    return _decided(execution_id, checkpoint_id, record)
+
+
+def _decided(execution_id: str, checkpoint_id: str, record: DecisionRecord) -> tuple[dict[str, Any], int]:
     return {
         "success": True,
         "executionId": execution_id,

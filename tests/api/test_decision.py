@@ -251,6 +251,35 @@ async def test_assigned_reviewer_who_is_not_the_owner_decides(service: Service) 
     assert decision["comment"] == "fine by me"
 
 
+async def test_who_may_not_decide_learns_nothing_from_their_body(service: Service) -> None:
+    """Whoever may not decide is told so before anything about what they sent: a body is judged only for the
+    reviewer, whatever way the decision is tried first (a plain approval is tried as one statement before anything
+    is read, where the database allows it)."""
+    owner = await account(service, "owner@example.com", "eval:manage")
+    reviewer = await account(service, "reviewer@example.com", "eval:manage")
+    stranger = await account(service, "stranger@example.com", "eval:manage")
+    execution_id = await two_checkpoint_run(service, owner, reviewer.email)
+    record = await wait_for(service, owner.key, execution_id, paused_at(0))
+    path = decision_path(execution_id, record["checkpoints"][0]["checkpointId"])
+    bodies: list[dict[str, Any]] = [
+        {"decision": "approve", "rating": 9},  # a plain approval, but a grade out of range
+        {"decision": "approve", "editedArgs": {"to": 5}},
+        {"decision": "reject"},  # no comment
+        {"decision": "maybe"},
+    ]
+    for body in bodies:
+        response = await service.client.post(path, json=body, headers=bearer(stranger.key))
+        assert_problem(response, await response.get_json(), 404, "not_found")
+        response = await service.client.post(path, json=body, headers=bearer(owner.key))
+        assert_problem(response, await response.get_json(), 403, "not_assigned_reviewer")
+        response = await service.client.post(path, json=body, headers=bearer(reviewer.key))
+        assert response.status_code == 422, (body, await response.get_json())
+
+    record = await get_status(service, owner.key, execution_id)
+    assert record["checkpoints"][0]["status"] == "awaiting_review"
+    assert record["checkpoints"][0]["decision"] is None
+
+
 INVALID_DECISIONS: list[dict[str, Any]] = [
     {"decision": "approved"},
     {"decision": "APPROVE"},
