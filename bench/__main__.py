@@ -18,6 +18,7 @@ import time
 from datetime import UTC, datetime
 
 from bench import (
+    approve_cpu,
     approve_resume,
     chat_fanout,
     create_first_step,
@@ -33,6 +34,7 @@ FIGURES: dict[str, Measure] = {
     "durable-step-overhead": durable_step.measure,
     "create-first-step": create_first_step.measure,
     "approve-next-step": approve_resume.measure,
+    "approve-one-at-a-time": approve_cpu.measure,
     "status-throughput": status_throughput.measure,
     "chat-fanout": chat_fanout.measure,
     "decision-long-poll": external.measure_long_poll,
