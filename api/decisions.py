@@ -109,6 +109,8 @@ class _Deciding(NamedTuple):
 
 # decision, comment, editedArgs, rating, labels
 _Answer = tuple[Literal["approve", "reject"], str, dict[str, Any] | None, int | None, list[str] | None]
+# `review.decide` with all but `attempt` and `execution_id` given (`_deciding`).
+_Decide = Callable[..., Awaitable[DecisionRecord]]
 
 
 # The attempt a plain approval is first tried at (`first_attempt_alone`): most checkpoints are approved at their first.
@@ -143,9 +145,12 @@ async def _decide(
         except ApiError as refused:
             refused_body = refused  # told once the caller is known to see the execution
         if answer is not None:
-            decided = await _first_attempt_approved(session, execution_id, checkpoint_id, caller.email, answer)
-            if decided is not None:
-                return decided
+            # Refused (a grade out of range), it wrote nothing: the usual way tells why, once it may.
+            with contextlib.suppress(DecisionError):
+                deciding = _deciding(session, checkpoint_id, caller.email, answer)
+                record = await _decided_alone(session, deciding, FIRST_ATTEMPT, execution_id)
+                if record is not None:
+                    return _decided(execution_id, checkpoint_id, record)
     # One Core statement for the execution, this checkpoint of it and the rule (issue 25: each was a statement).
     parameters = {"execution_id": execution_id, "checkpoint_id": checkpoint_id, "by": caller.email}
     rows = await run_direct(session, lambda cursor: cursor.execute(_DECIDING, parameters))
@@ -170,28 +175,9 @@ async def _decide(
         )
     if refused_body is not None:
         raise refused_body
-    decision, comment, edited_args, rating, labels = answer if answer is not None else await read()
-    deciding = functools.partial(
-        decide,
-        session,
-        checkpoint_id,
-        decision,
-        by=caller.email,
-        via=Channel.API,
-        comment=comment,
-        remote_addr=request.remote_addr,
-        edited_args=edited_args,
-        rating=rating,
-        labels=labels,
-    )
+    deciding = _deciding(session, checkpoint_id, caller.email, answer if answer is not None else await read())
     try:
-        record = None
-        if alone:
-            with contextlib.suppress(NotDecidedAlone):
-                record = await deciding(attempt=found.attempt, execution_id=execution_id)
-                # Its statement committed by itself: the wake-up goes out now, and the worker goes on while the
-                # answer is built, not after it at the request's commit point.
-                await services().db.commit(session)
+        record = await _decided_alone(session, deciding, found.attempt, execution_id) if alone else None
         if record is None:
             if alone:
                 await in_a_transaction_again(session)
@@ -221,34 +207,38 @@ async def _decide(
     return _decided(execution_id, checkpoint_id, record)
 
 
-async def _first_attempt_approved(
-    session: AsyncSession, execution_id: str, checkpoint_id: str, by: str, answer: _Answer
-) -> tuple[dict[str, Any], int] | None:
-    """The answer to a plain approval (`_decide`, `first_attempt_alone`) taken at FIRST_ATTEMPT as one statement;
-    None, with nothing written, when it was not taken (not a plain approval, not this attempt, not this caller's
-    to decide, an answer the decision refuses: the usual way says which)."""
+def _deciding(session: AsyncSession, checkpoint_id: str, by: str, answer: _Answer) -> _Decide:
+    """`review.decide` with the caller's answer, over the API; the caller may still name the attempt and the
+    execution (a decision alone)."""
     decision, comment, edited_args, rating, labels = answer
-    if decision != "approve" or edited_args is not None:
-        return None
+    return functools.partial(
+        decide,
+        session,
+        checkpoint_id,
+        decision,
+        by=by,
+        via=Channel.API,
+        comment=comment,
+        remote_addr=request.remote_addr,
+        edited_args=edited_args,
+        rating=rating,
+        labels=labels,
+    )
+
+
+async def _decided_alone(
+    session: AsyncSession, deciding: _Decide, attempt: int | None, execution_id: str
+) -> DecisionRecord | None:
+    """The decision of `attempt` as one statement that commits by itself (`review.decide` given the execution), or
+    None, with nothing written, where it was not taken (NotDecidedAlone)."""
     try:
-        record = await decide(
-            session,
-            checkpoint_id,
-            decision,
-            by=by,
-            via=Channel.API,
-            comment=comment,
-            remote_addr=request.remote_addr,
-            attempt=FIRST_ATTEMPT,
-            execution_id=execution_id,
-            rating=rating,
-            labels=labels,
-        )
-    except (NotDecidedAlone, DecisionError):
+        record = await deciding(attempt=attempt, execution_id=execution_id)
+    except NotDecidedAlone:
         return None
-    # Its statement committed by itself: the wake-up goes out now, before the answer is built.
+    # Its statement committed by itself: the wake-up goes out now, and the worker goes on while the answer is
+    # built, not after it at the request's commit point.
     await services().db.commit(session)
-    return _decided(execution_id, checkpoint_id, record)
+    return record
 
 
 def _decided(execution_id: str, checkpoint_id: str, record: DecisionRecord) -> tuple[dict[str, Any], int]:

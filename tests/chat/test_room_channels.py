@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,12 +30,18 @@ async def subscribers(redis: aioredis.Redis, channel: str) -> int:
     return int(count)
 
 
-async def until_subscribers(redis: aioredis.Redis, channel: str, wanted: int, timeout: float = 10) -> None:
-    """Until Redis counts `wanted` subscribers of `channel` (an unsubscribe is not waited for by anyone here)."""
+async def until_counted(
+    redis: aioredis.Redis, count: Callable[[], Awaitable[int]], wanted: int, what: str, timeout: float = 10
+) -> None:
+    """Until `count` (of something Redis tells) is `wanted`: an unsubscribe is not waited for by anyone here."""
     deadline = time.monotonic() + timeout
-    while (count := await subscribers(redis, channel)) != wanted:
-        assert time.monotonic() < deadline, f"{channel}: {count} subscribers, not {wanted}"
+    while (counted := await count()) != wanted:
+        assert time.monotonic() < deadline, f"{what}: {counted}, not {wanted}"
         await redis.ping()  # a round trip between looks, not a sleep: Redis answers once it is free
+
+
+async def until_subscribers(redis: aioredis.Redis, channel: str, wanted: int) -> None:
+    await until_counted(redis, lambda: subscribers(redis, channel), wanted, f"subscribers of {channel}")
 
 
 async def test_a_web_process_subscribes_to_a_room_channel_while_someone_watches_there(
@@ -141,8 +148,6 @@ async def test_a_web_process_hears_list_moving_events_while_someone_there_has_a_
         await append(worker_db, execution_id, type_=EventType.EXECUTION_STARTED)  # from a worker, through Redis
         await asyncio.wait_for(pinged.wait(), 15)
         await watcher.close()
-        deadline = time.monotonic() + 10
-        while await subscriptions_here(redis) != before:  # nobody waits for an unsubscribe: looked at again
-            assert time.monotonic() < deadline, "still subscribed to the lists' channel with no list open"
+        await until_counted(redis, lambda: subscriptions_here(redis), before, "channels subscribed from here")
     finally:
         await redis.aclose()
