@@ -168,7 +168,10 @@ class Stack:
         async with self.client() as client:
             body = {"taskName": "warm-up", "taskDescription": "Summarise.", "testMode": "without-verification"}
             async with client.post(f"{self.base}/api/eval/create-task-agent", json=body) as answer:
-                execution_id = (await answer.json())["executionId"]
+                created = await answer.json()
+                if "executionId" not in created:
+                    raise SystemExit(f"the warm-up create answered {answer.status} {created}; see {self.work}/*.log")
+                execution_id = created["executionId"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             async with self.db.reading() as session:
