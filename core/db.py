@@ -17,7 +17,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from core.backends import BACKEND, backend_for, backend_of
 from core.backends.base import Backend
-from core.bus import Bus
+from core.bus import Bus, SentInOrder
 from core.sql import one_of as one_of
 from core.sqlite import make_sqlite_engine
 
@@ -48,6 +48,11 @@ _IDLE_PING_SECONDS = 2.0
 _RETURNED_AT = "vouch_returned_at"
 # Set on a connection kept out of the pool while it idled (`Database.keeping_alone`): since when.
 _IDLE_SINCE = "vouch_idle_since"
+# How long the end of a `keeping_alone` block waits for the news its statements queued to leave.
+_NEWS_SECONDS = 5.0
+
+# What one commit sends out afterwards: its events' wire messages, and its bus messages by channel.
+_News = tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
@@ -150,6 +155,14 @@ class _KeptConnection:
         self.task = task
         self._connection: AsyncConnection | None = None
         self._used_at = 0.0
+        # What the task's commits queued goes out from a task of its own, in commit order, once the committing task
+        # waits: a run's next statement then leaves before the last step's news, which is sent while that statement
+        # is at the database (issue 25: about a sixth of a durable step on PostgreSQL).
+        self.news: SentInOrder[_News] = SentInOrder(self._send_news, "after-commit")
+
+    async def _send_news(self, batch: list[_News]) -> None:
+        for events, pending in batch:
+            await self.db._after_commit(events, pending)
 
     async def take(self) -> AsyncConnection:
         if self._connection is not None and time.monotonic() - self._used_at >= _IDLE_PING_SECONDS:
@@ -240,10 +253,20 @@ class Database:
             if await committing_alone(session):
                 # Its statements committed as they ran: what they queued leaves before the session hands its
                 # connection back (half a millisecond here: a decision's wake-up, issue 25).
-                await self._after_commit(events, pending)
+                await self._news_out(events, pending)
                 await session.commit()
                 return
         await session.commit()
+        await self._news_out(events, pending)
+
+    async def _news_out(self, events: list[dict[str, Any]], pending: list[tuple[str, dict[str, Any]]]) -> None:
+        """What a commit queued, sent now; or, inside a `keeping_alone` block of the current task, after what its
+        earlier commits queued, once the task next waits."""
+        kept = _KEPT.get()
+        if kept is not None and kept.db is self and kept.task is asyncio.current_task():
+            if events or pending:
+                kept.news.put((events, pending))
+            return
         await self._after_commit(events, pending)
 
     async def _after_commit(self, events: list[dict[str, Any]], pending: list[tuple[str, dict[str, Any]]]) -> None:
@@ -310,7 +333,7 @@ class Database:
                 async with self._autocommit.connect() as connection:
                     alone = Alone(connection, self.backend)
                     yield alone
-            await self._after_commit(alone.info.pop(_EVENTS, []), alone.info.pop(_PENDING, []))
+            await self._news_out(alone.info.pop(_EVENTS, []), alone.info.pop(_PENDING, []))
 
     @asynccontextmanager
     async def keeping_alone(self) -> AsyncIterator[None]:
@@ -319,7 +342,9 @@ class Database:
         between them (a tenth of a millisecond each, issue 25). A connection left unused for a while (the model
         thinking, a tool working outside) is handed back before the next statement, which takes one from the pool
         as usual (pinged there if it idled). Holds no transaction and no lock: every statement commits by itself.
-        Nothing is kept where the backend writes in transactions only."""
+        What the task's commits queue meanwhile (events, bus messages) leaves in commit order while its next
+        statement is at the database, and all of it before the block ends (`_KeptConnection.news`). Nothing is kept
+        where the backend writes in transactions only."""
         task = asyncio.current_task()
         if not self.backend.writes_alone or task is None:
             yield
@@ -331,6 +356,8 @@ class Database:
         finally:
             _KEPT.reset(token)
             await kept.release()
+            # The block's news has left before it ends: nothing its commits queued outlives the run that made it.
+            await kept.news.flush(_NEWS_SECONDS)
 
     @contextmanager
     def _write_in_turn(self) -> Iterator[None]:

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import event
 
 import core.db
-from core.db import Database
+from core.db import Database, publish_after_commit
 
 
 async def _backend_pid(db: Database) -> int:
@@ -92,3 +92,34 @@ async def test_a_connection_kept_idle_goes_back_to_the_pool_before_the_next_stat
         assert len(checkins) == 2
     finally:
         event.remove(pool, "checkin", listener)
+
+
+async def test_a_kept_tasks_news_leaves_in_commit_order_while_it_goes_on_and_all_before_the_block_ends(
+    db: Database,
+) -> None:
+    if await _keeps_nothing(db):
+        return
+    heard: list[int] = []
+    listening = db.bus.listen(("news:",), lambda _channel, message: heard.append(message["n"]), lambda: None)
+    try:
+        async with db.keeping_alone():
+            async with db.alone() as alone:
+                await alone.connection.exec_driver_sql("SELECT 1")
+                publish_after_commit(alone, "news:a", {"n": 1})
+            # Committed, its news not sent yet: the task goes on to its next statement first.
+            assert heard == []
+            async with db.transaction() as session:
+                publish_after_commit(session, "news:a", {"n": 2})
+            async with db.alone() as alone:
+                # While this statement is at the database, the news of the commits before it leaves.
+                await alone.connection.exec_driver_sql("SELECT pg_sleep(0.01)")
+                assert heard == [1, 2]
+                publish_after_commit(alone, "news:a", {"n": 3})
+            assert heard == [1, 2]
+        assert heard == [1, 2, 3]  # all of it before the block ends
+        # Outside a block, a commit's news has left when it returns.
+        async with db.alone() as alone:
+            publish_after_commit(alone, "news:a", {"n": 4})
+        assert heard == [1, 2, 3, 4]
+    finally:
+        await listening.stop()
