@@ -24,6 +24,7 @@ from bench import (
     create_first_step,
     durable_step,
     external,
+    idle,
     paused,
     status_throughput,
     suite_summary,
@@ -40,6 +41,7 @@ FIGURES: dict[str, Measure] = {
     "decision-long-poll": external.measure_long_poll,
     "external-events-chat": external.measure_events,
     "chat-fanout-uncompressed": chat_fanout.measure_uncompressed,
+    "idle-processes": idle.measure,
     "paused-executions": paused.measure,
     "suite-summary": suite_summary.measure,
 }

@@ -1,12 +1,16 @@
-"""What chat/_uvicorn_shortcuts.py relies on in uvicorn's `websockets-sansio` protocol (the module's text lists it):
-these fail when a new uvicorn (or websockets) changes it, before the chat's fan-out does. pyproject.toml caps uvicorn
-below its next minor version for that module."""
+"""What chat/_uvicorn_shortcuts.py relies on in uvicorn's `websockets-sansio` protocol and its server's main loop
+(the module's text lists it): these fail when a new uvicorn (or websockets) changes it, before the chat's fan-out or
+the web server does. pyproject.toml caps uvicorn below its next minor version for that module."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
+import signal
 import socket
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
@@ -16,7 +20,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from chat._uvicorn_shortcuts import protocol_of, room_frame, write_frame
+from chat._uvicorn_shortcuts import TICK_SECONDS, OnceASecondServer, protocol_of, room_frame, write_frame
 
 
 class App:
@@ -105,3 +109,56 @@ def test_uvicorns_send_checks_what_write_frame_checks_and_writes_the_connections
         WebSocketsSansIOProtocol.run_asgi
     )
     assert "self.writable.clear()" in inspect.getsource(WebSocketsSansIOProtocol.pause_writing)
+
+
+def test_uvicorns_main_loop_ticks_to_notice_a_stop_and_refreshes_the_date_every_tenth_tick() -> None:
+    main_loop, on_tick = inspect.getsource(uvicorn.Server.main_loop), inspect.getsource(uvicorn.Server.on_tick)
+    assert "await asyncio.sleep(0.1)" in main_loop and "await self.on_tick(counter)" in main_loop
+    assert "if counter % 10 == 0:" in on_tick and "default_headers" in on_tick and "if self.should_exit:" in on_tick
+    assert "signal.signal(sig, self.handle_exit)" in inspect.getsource(uvicorn.Server.capture_signals)
+
+
+async def _plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        while True:
+            kind = (await receive())["type"]
+            await send({"type": f"{kind}.complete"})
+            if kind == "lifespan.shutdown":
+                return
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def test_the_server_ticks_once_a_second_with_a_fresh_date_and_stops_at_once_on_a_signal() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    server = OnceASecondServer(uvicorn.Config(_plain, log_level="warning", lifespan="on"))
+    loop = asyncio.get_running_loop()
+    ticks: list[float] = []
+    second_tick = asyncio.Event()
+    on_tick = server.on_tick
+
+    async def counted(counter: int) -> bool:
+        ticks.append(loop.time())
+        if len(ticks) == 3:
+            second_tick.set()
+        return await on_tick(counter)
+
+    server.on_tick = counted  # type: ignore[method-assign]
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await second_tick.wait()
+        assert min(b - a for a, b in itertools.pairwise(ticks)) >= TICK_SECONDS * 0.9
+        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{sock.getsockname()[1]}/") as got:
+            assert got.status == 204
+            assert parsedate_to_datetime(got.headers["Date"]) >= datetime.now(UTC) - timedelta(seconds=TICK_SECONDS + 1)
+        stopping = loop.time()
+        server.handle_exit(signal.SIGTERM, None)
+        server._captured_signals.clear()  # uvicorn raises again the signals it handled once it stops: not in pytest
+        await serving
+        assert loop.time() - stopping < TICK_SECONDS / 2  # woken by the signal, not by the next tick
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
