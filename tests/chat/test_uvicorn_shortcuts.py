@@ -23,6 +23,14 @@ from websockets.server import ServerProtocol
 from chat._uvicorn_shortcuts import TICK_SECONDS, OnceASecondServer, protocol_of, room_frame, write_frame
 
 
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        kind = (await receive())["type"]
+        await send({"type": f"{kind}.complete"})
+        if kind == "lifespan.shutdown":
+            return
+
+
 class App:
     """An ASGI app whose websocket, once accepted, is written to through the shortcut, then closed."""
 
@@ -33,11 +41,8 @@ class App:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                kind = (await receive())["type"]
-                await send({"type": f"{kind}.complete"})
-                if kind == "lifespan.shutdown":
-                    return
+            await _lifespan(receive, send)
+            return
         assert scope["type"] == "websocket"
         await receive()  # websocket.connect
         await send({"type": "websocket.accept"})
@@ -120,11 +125,8 @@ def test_uvicorns_main_loop_ticks_to_notice_a_stop_and_refreshes_the_date_every_
 
 async def _plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            kind = (await receive())["type"]
-            await send({"type": f"{kind}.complete"})
-            if kind == "lifespan.shutdown":
-                return
+        await _lifespan(receive, send)
+        return
     await send({"type": "http.response.start", "status": 204, "headers": []})
     await send({"type": "http.response.body", "body": b""})
 
