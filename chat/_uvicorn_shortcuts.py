@@ -80,7 +80,8 @@ class OnceASecondServer(uvicorn.Server):
     between ticks only to notice a stop signal soon. Here the signal's handler wakes the loop instead.
 
     Each wake-up of an idle process costs this kind of virtual machine about 0.2 ms of CPU: the web process idled at
-    2.5 ms of CPU a second, 0.5 ms with this, and every paced approval paid its share (bench/README.md, issue 25).
+    2.0 ms of CPU a second on PostgreSQL, 0.5 ms with this (4.4 and 2.5 ms embedded), and every paced approval paid
+    its share (bench figure `idle-processes`, bench/README.md, issue 25).
     What it relies on, as read in uvicorn 0.54 (pinned by tests/chat/test_uvicorn_shortcuts.py): `main_loop` runs
     `on_tick(counter)` until it answers True, `on_tick` refreshes the Date header when `counter % 10 == 0`, and the
     stop signals go to `handle_exit`. A stop asked by setting `should_exit` alone is seen within a tick.

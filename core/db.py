@@ -157,7 +157,7 @@ class _KeptConnection:
         self._used_at = 0.0
         # What the task's commits queued goes out from a task of its own, in commit order, once the committing task
         # waits: a run's next statement then leaves before the last step's news, which is sent while that statement
-        # is at the database (issue 25: about a sixth of a durable step on PostgreSQL).
+        # is at the database (issue 25; bench/README.md, 2026-11-29 10:38).
         self.news: SentInOrder[_News] = SentInOrder(self._send_news, "after-commit")
 
     async def _send_news(self, batch: list[_News]) -> None:
