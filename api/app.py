@@ -190,6 +190,7 @@ def create_app(settings: Settings, *, run_worker: bool = False) -> Quart:
         found: AppServices | None = app.extensions.pop("vouch", None)
         if found is not None:
             await found.cache_listening.stop()
+            await found.auth_cache.close()
             await found.db.dispose()
             await found.bus.close()
             await found.rate_limiter.close()

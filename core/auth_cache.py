@@ -25,6 +25,9 @@ from core.cache import InvalidatingCache
 from core.db import Database
 
 MAX_KEYS = 10_000
+# A key in use is read again in the background once four fifths of its entry's life have passed
+# (core/cache.py `refresh_ahead`): no request waits for its key's row while the key is in steady use.
+REFRESH_AHEAD = 0.2
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,9 @@ class KnownKey:
 
 class ApiKeyCache:
     def __init__(self, ttl: float, max_entries: int = MAX_KEYS) -> None:
-        self.entries: InvalidatingCache[str, KnownKey] = InvalidatingCache(ttl, max_entries)
+        self.entries: InvalidatingCache[str, KnownKey] = InvalidatingCache(
+            ttl, max_entries, refresh_ahead=REFRESH_AHEAD
+        )
 
     async def find(self, secret: str, secret_key: bytes, db: Database) -> KnownKey | None:
         """The key a presented secret names, from the cache or the database; None for a look-alike or an unknown
@@ -54,7 +59,7 @@ class ApiKeyCache:
         The database is read apart from the request's own session (`Database.reading`), which stays untouched for
         the request: a decision or a create whose statement commits by itself (core.db.commits_alone) still does
         after a miss (issue 25: each entry's expiry sent one approval in `VOUCH_AUTH_CACHE_SECONDS` the long way,
-        in a transaction)."""
+        in a transaction). The same read refreshes an entry in use before it expires (`REFRESH_AHEAD`)."""
         if not apikeys.is_well_formed(secret):
             return None
         digest = apikeys.key_digest(secret, secret_key)
@@ -78,3 +83,6 @@ class ApiKeyCache:
 
     def clear(self) -> None:
         self.entries.clear()
+
+    async def close(self) -> None:
+        await self.entries.close()

@@ -80,11 +80,14 @@ class Reads:
         self.calls = 0
         self.started = asyncio.Event()
         self.done = asyncio.Event()
+        # Set as a read ends: its caller goes on in the same step of the loop, before whoever waits on this.
+        self.ended = asyncio.Event()
 
     async def __call__(self) -> int | None:
         self.calls += 1
         self.started.set()
         await self.done.wait()
+        self.ended.set()
         if self.fail_first and self.calls == 1:
             raise RuntimeError("the database went away")
         return self.value
@@ -152,3 +155,84 @@ async def test_nothing_is_shared_while_the_cache_is_off() -> None:
     reads.done.set()
     assert await asyncio.gather(*tasks) == [7, 7, 7]
     assert reads.calls == 3
+
+
+def refreshing(now: list[float]) -> InvalidatingCache[str, int]:
+    """ttl 5, refreshed in the last second of an entry's life; "a" is 7 from 100 until 105, and the clock then
+    reads 104.5."""
+    cache: InvalidatingCache[str, int] = InvalidatingCache(
+        ttl=5, max_entries=10, clock=lambda: now[0], refresh_ahead=0.2
+    )
+    now[0] = 100.0
+    assert cache.put("a", 7, cache.ticket("a"))
+    now[0] = 104.5
+    return cache
+
+
+async def test_a_key_in_steady_use_is_read_again_in_the_background_before_it_expires() -> None:
+    now = [0.0]
+    cache = refreshing(now)
+    reads = Reads(value=8)
+    now[0] = 103.9
+    assert await cache.get_or_fill("a", reads) == 7 and reads.calls == 0, "not yet in the entry's last fifth"
+    now[0] = 104.2
+    assert await cache.get_or_fill("a", reads) == 7, "served at once while the read is held open"
+    await reads.started.wait()
+    now[0] = 104.4
+    assert await cache.get_or_fill("a", reads) == 7 and reads.calls == 1, "one refresh at a time"
+    now[0] = 105.5  # the old entry has expired: this miss joins the refresh in flight
+    joined = asyncio.create_task(cache.get_or_fill("a", reads))
+    await asyncio.sleep(0)
+    reads.done.set()
+    assert await joined == 8 and reads.calls == 1
+    now[0] = 110.4
+    assert cache.get("a") == 8, "stored when the read ended, for a whole ttl"
+
+
+async def test_a_refresh_that_read_before_an_invalidation_is_not_stored() -> None:
+    now = [0.0]
+    cache = refreshing(now)
+    reads = Reads(value=8)
+    assert await cache.get_or_fill("a", reads) == 7
+    await reads.started.wait()
+    cache.invalidate("a")  # a change committed (and heard) while the refresh reads
+    reads.done.set()
+    await reads.ended.wait()
+    assert cache.get("a") is None
+
+
+async def test_a_refresh_that_fails_leaves_the_entry_to_its_expiry_and_the_next_hit_tries_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [0.0]
+    cache = refreshing(now)
+    reads = Reads(value=8, fail_first=True)
+    reads.done.set()
+    assert await cache.get_or_fill("a", reads) == 7
+    await reads.ended.wait()
+    assert cache.get("a") == 7 and "refreshing a cached entry failed" in caplog.text
+    reads.ended.clear()
+    assert await cache.get_or_fill("a", reads) == 7
+    await reads.ended.wait()
+    assert reads.calls == 2 and cache.get("a") == 8
+
+
+async def test_a_refresh_that_finds_the_row_gone_drops_the_entry() -> None:
+    now = [0.0]
+    cache = refreshing(now)
+    reads = Reads(value=None)
+    reads.done.set()
+    assert await cache.get_or_fill("a", reads) == 7
+    await reads.ended.wait()
+    assert cache.get("a") is None
+
+
+async def test_closing_stops_the_refreshes_in_flight() -> None:
+    now = [0.0]
+    cache = refreshing(now)
+    reads = Reads(value=8)
+    assert await cache.get_or_fill("a", reads) == 7
+    await reads.started.wait()
+    await cache.close()
+    reads.done.set()
+    assert cache.get("a") == 7 and not reads.ended.is_set()
