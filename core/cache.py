@@ -19,10 +19,10 @@ records the answer, and a fill whose key was not heard yet when it began reads w
 disables the cache entirely.
 
 With `refresh_ahead`, a key in steady use does not expire under its requests: a hit in the last part of an
-entry's life serves the entry and starts a fill of the key in the background, as a miss would (same ticket, same
-refusal after an invalidation), so that no request waits for the read (an API key's entry, read before every
-request: one decision in fifty at ten a second waited for it, the slowest 2 %; bench/README.md, issue 25). An entry
-is still never served older than `ttl`.
+entry's life serves the entry and starts a fill of the key in the background moments later, as a miss would
+(same ticket, same refusal after an invalidation), so that no request waits for the read (an API key's entry, read
+before every request: one decision in fifty at ten a second waited for it, the slowest 2 %; bench/README.md, issue
+25). An entry is still never served older than `ttl`.
 
 `get_or_fill` shares one fill among the requests that miss one key at the same time. An entry of a key in
 steady use expires under all of that key's requests in flight at once (a CI script polling with one API key
@@ -42,6 +42,12 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
+
+# How long after the hit that calls for it a refresh begins: not while that request still runs on the loop (begun
+# at once, the read lengthened each one that called for it: at ten approvals a second, one request in fifty was
+# still 2-4 ms slower; bench/README.md). The window it has (`refresh_ahead` of the ttl: a second for the API-key
+# cache) is far longer, and a miss that comes meanwhile joins the refresh.
+REFRESH_AFTER_SECONDS = 0.05
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -171,6 +177,7 @@ class InvalidatingCache(Generic[K, V]):
         async def refill() -> None:
             filled: tuple[bool, V | None] = (False, None)  # as a failed fill: whoever joined reads for themselves
             try:
+                await asyncio.sleep(REFRESH_AFTER_SECONDS)
                 value = await fill()
                 if value is None:
                     self.invalidate(key)  # gone from the database: the next request finds that out for itself
