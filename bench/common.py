@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import os
 import secrets
 import shutil
@@ -68,20 +69,29 @@ PAUSING_TASK: dict[str, Any] = {
 # ----------------------------------------------------------------------------------------------- the stack
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+def web_listener() -> socket.socket:
+    """A listening socket on a free port of 127.0.0.1, for a web process to inherit (`bench.server --fd`)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    return sock
+
+
+def _tail(logs: str, lines: int = 30) -> str:
+    found = sorted(glob.glob(logs))
+    return "".join(
+        f"\n--- {path} (last {lines} lines)\n" + "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+        for path in found
+    )
 
 
 async def web_answers(base: str, processes: Sequence[subprocess.Popen[bytes] | None], logs: str) -> None:
-    """Wait (30 s at most) for the web process at `base` to answer its health check; SystemExit naming `logs`
-    if it does not, or if one of `processes` dies meanwhile."""
+    """Wait (30 s at most) for the web process at `base` to answer its health check; SystemExit with the end of
+    `logs` (a glob) if it does not, or if one of `processes` dies meanwhile."""
     async with aiohttp.ClientSession() as client:
         for _ in range(600):
             if any(proc is not None and proc.poll() is not None for proc in processes):
-                raise SystemExit(f"a bench process died; see {logs}")
+                raise SystemExit(f"a bench process died; see {logs}{_tail(logs)}")
             try:
                 async with client.get(f"{base}/healthz") as answer:
                     if answer.status == 200:
@@ -89,7 +99,7 @@ async def web_answers(base: str, processes: Sequence[subprocess.Popen[bytes] | N
             except aiohttp.ClientError:
                 pass
             await asyncio.sleep(0.05)
-    raise SystemExit(f"the web process did not start; see {logs}")
+    raise SystemExit(f"the web process did not start; see {logs}{_tail(logs)}")
 
 
 def rss_bytes(pid: int) -> int:
@@ -112,13 +122,18 @@ class Stack:
     database_url: str
     redis_url: str | None
     env: dict[str, str]
-    port: int
+    listener: socket.socket  # the web process's, bound here and kept for the stack's life (`bench.server --fd`)
     db: Database
     key: str = ""
     user_id: str = ""
     web: subprocess.Popen[bytes] | None = None
     worker: subprocess.Popen[bytes] | None = None
     _logs: list[Any] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        port: int = self.listener.getsockname()[1]
+        return port
 
     @property
     def base(self) -> str:
@@ -140,15 +155,19 @@ class Stack:
         assert proc is not None
         return proc.pid
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, args: list[str], listener: socket.socket | None = None) -> subprocess.Popen[bytes]:
         log = (self.work / f"{name}.log").open("ab")
         self._logs.append(log)
-        return subprocess.Popen(args, env=self.env, stdout=log, stderr=log, cwd=ROOT)
+        fds = () if listener is None else (listener.fileno(),)
+        return subprocess.Popen(args, env=self.env, stdout=log, stderr=log, cwd=ROOT, pass_fds=fds)
+
+    def spawn_web(self, name: str, listener: socket.socket, *extra: str) -> subprocess.Popen[bytes]:
+        """A web process (`bench.server`) serving on `listener`."""
+        return self._spawn(name, [PYTHON, "-m", "bench.server", "--fd", str(listener.fileno()), *extra], listener)
 
     async def start(self) -> None:
         embedded = self.backend == "sqlite"
-        args = [PYTHON, "-m", "bench.server", "--port", str(self.port)] + (["--worker"] if embedded else [])
-        self.web = self._spawn("web", args)
+        self.web = self.spawn_web("web", self.listener, *(["--worker"] if embedded else []))
         if not embedded:
             self.worker = self._spawn("worker", [VOUCH, "worker"])
         await self._healthy()
@@ -237,7 +256,8 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
         raise SystemExit(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}")
     secret_key = secrets.token_urlsafe(48)
     env = {k: v for k, v in os.environ.items() if not k.startswith("VOUCH_")}
-    port = free_port()
+    listener = web_listener()
+    port = listener.getsockname()[1]
     env.update(
         VOUCH_DATA_DIR=str(work),
         VOUCH_DATABASE_URL=database_url,
@@ -256,7 +276,7 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
     try:
         await asyncio.to_thread(upgrade, database_url)
         db = Database(database_url, InProcessBus())
-        the_stack = Stack(backend, work, database_url, redis_url, env, port, db)
+        the_stack = Stack(backend, work, database_url, redis_url, env, listener, db)
         async with db.transaction() as session:
             user = await create_user(session, EMAIL)
             new = await create_api_key(
@@ -270,6 +290,7 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
             await the_stack.stop()
             for log in the_stack._logs:
                 log.close()
+        listener.close()
         if db is not None:
             await db.dispose()
         if pg_name is not None:

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 
 from bench.chat_fanout import Watcher
-from bench.common import EMAIL, PYTHON, Stack, free_port, main_of, web_answers
+from bench.common import EMAIL, Stack, main_of, web_answers, web_listener
 from bench.load import WirePoster, open_loop
 from bench.report import figure, note, percentile, spread
 from core.links import chat_view_token
@@ -51,15 +51,15 @@ async def second_web(st: Stack) -> AsyncIterator[str]:
     if st.worker is None:
         yield st.base
         return
-    port = free_port()
-    proc = st._spawn("web2", [PYTHON, "-m", "bench.server", "--port", str(port)])
-    base = f"http://127.0.0.1:{port}"
-    try:
-        await web_answers(base, (proc,), f"{st.work}/web2.log")
-        yield base
-    finally:
-        proc.terminate()
-        await asyncio.to_thread(proc.wait, 20)
+    with web_listener() as listener:
+        proc = st.spawn_web("web2", listener)
+        base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        try:
+            await web_answers(base, (proc,), f"{st.work}/web2.log")
+            yield base
+        finally:
+            proc.terminate()
+            await asyncio.to_thread(proc.wait, 20)
 
 
 async def _external_executions(st: Stack, count: int) -> list[str]:

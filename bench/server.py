@@ -1,6 +1,7 @@
 """The web process the benchmarks run: what `vouch serve` (--worker) or `vouch web` serves, plus bench routes.
 
     python -m bench.server --port 8123 [--worker]
+    python -m bench.server --fd N [--worker]    (a listening socket bound by the parent, handed down)
 
 Built like api/cli.py's `_serve` (same app factory, same logging, and served by its `run_web_server`), with two
 additions that exist only here:
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import time
 from typing import Any
 
@@ -59,15 +61,20 @@ def add_bench_routes(app: Quart) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--port", type=int, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int)
+    # The bench binds its ports itself and keeps them while its processes start, stop and restart: a port found
+    # free and bound later by the child could be taken meanwhile (by another test's client connection, in CI).
+    where.add_argument("--fd", type=int, help="a listening socket inherited from the parent")
     parser.add_argument("--worker", action="store_true", help="run the worker in this process, as `vouch serve`")
     args = parser.parse_args()
+    sock = socket.socket(fileno=args.fd) if args.fd is not None else listening_socket("127.0.0.1", args.port)
     settings = load_settings()
     configure_logging(logging.INFO)
     app = create_app(settings, run_worker=args.worker)
     freeze_heap_once_serving(app)
     add_bench_routes(app)
-    run_web_server(mount_mcp(app, mount_chat(app, settings)), settings, listening_socket("127.0.0.1", args.port))
+    run_web_server(mount_mcp(app, mount_chat(app, settings)), settings, sock)
 
 
 if __name__ == "__main__":
