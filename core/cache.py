@@ -153,9 +153,7 @@ class InvalidatingCache(Generic[K, V]):
                 self.shared_fills += 1
                 return value
         ticket = self.ticket(key)
-        result: asyncio.Future[tuple[bool, V | None]] = asyncio.get_running_loop().create_future()
-        if self.active:
-            self._fills[key] = (ticket, result)
+        result = self._fill_begins(key, ticket, joinable=self.active)
         try:
             value = await fill()
             if value is not None:
@@ -163,19 +161,28 @@ class InvalidatingCache(Generic[K, V]):
             result.set_result((True, value))
             return value
         finally:
-            if not result.done():
-                result.set_result((False, None))
-            if self._fills.get(key, (None, None))[1] is result:
-                del self._fills[key]
+            self._fill_ends(key, result)
+
+    def _fill_begins(self, key: K, ticket: Ticket, *, joinable: bool) -> asyncio.Future[tuple[bool, V | None]]:
+        """The answer of a fill of `key` that begins now, which the misses of `key` meanwhile may wait for if
+        `joinable`; `_fill_ends` once it has read."""
+        result: asyncio.Future[tuple[bool, V | None]] = asyncio.get_running_loop().create_future()
+        if joinable:
+            self._fills[key] = (ticket, result)
+        return result
+
+    def _fill_ends(self, key: K, result: asyncio.Future[tuple[bool, V | None]]) -> None:
+        # Not answered by now, the fill failed: whoever waits for it reads for themselves.
+        if not result.done():
+            result.set_result((False, None))
+        if self._fills.get(key, (None, None))[1] is result:
+            del self._fills[key]
 
     def _refresh(self, key: K, fill: Callable[[], Awaitable[V | None]]) -> None:
         ticket = self.ticket(key)
-        result: asyncio.Future[tuple[bool, V | None]] = asyncio.get_running_loop().create_future()
-        # Joined by the misses of `key` meanwhile, as any fill is.
-        self._fills[key] = (ticket, result)
+        result = self._fill_begins(key, ticket, joinable=True)  # now: a hit meanwhile starts no other
 
         async def refill() -> None:
-            filled: tuple[bool, V | None] = (False, None)  # as a failed fill: whoever joined reads for themselves
             try:
                 await asyncio.sleep(REFRESH_AFTER_SECONDS)
                 value = await fill()
@@ -183,16 +190,13 @@ class InvalidatingCache(Generic[K, V]):
                     self.invalidate(key)  # gone from the database: the next request finds that out for itself
                 else:
                     self.put(key, value, ticket)
-                filled = (True, value)
+                result.set_result((True, value))
             except Exception as failed:
                 # The entry stays until it expires; the first request after that reads for itself, and fails
                 # itself if the database still does.
                 log.warning("refreshing a cached entry failed: %s", failed)
             finally:
-                if not result.done():
-                    result.set_result(filled)
-                if self._fills.get(key, (None, None))[1] is result:
-                    del self._fills[key]
+                self._fill_ends(key, result)
 
         task = asyncio.get_running_loop().create_task(refill(), name="cache-refresh")
         self._refreshes.add(task)
