@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import glob
 import os
 import secrets
 import shutil
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.processes import cpu_seconds, web_answers, web_listener  # noqa: E402
 from core.accounts import create_api_key, create_user  # noqa: E402
 from core.bus import InProcessBus  # noqa: E402
 from core.db import Database  # noqa: E402
@@ -67,52 +67,6 @@ PAUSING_TASK: dict[str, Any] = {
 
 
 # ----------------------------------------------------------------------------------------------- the stack
-
-
-def web_listener() -> socket.socket:
-    """A listening socket on a free port of 127.0.0.1, for a web process to inherit (`bench.server --fd`)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(2048)
-    return sock
-
-
-def _tail(logs: str, lines: int = 30) -> str:
-    found = sorted(glob.glob(logs))
-    return "".join(
-        f"\n--- {path} (last {lines} lines)\n" + "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-        for path in found
-    )
-
-
-async def web_answers(base: str, processes: Sequence[subprocess.Popen[bytes] | None], logs: str) -> None:
-    """Wait (30 s at most) for the web process at `base` to answer its health check; SystemExit with the end of
-    `logs` (a glob) if it does not, or if one of `processes` dies meanwhile."""
-    async with aiohttp.ClientSession() as client:
-        for _ in range(600):
-            if any(proc is not None and proc.poll() is not None for proc in processes):
-                raise SystemExit(f"a bench process died; see {logs}{_tail(logs)}")
-            try:
-                async with client.get(f"{base}/healthz") as answer:
-                    if answer.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise SystemExit(f"the web process did not start; see {logs}{_tail(logs)}")
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

@@ -30,8 +30,9 @@ from typing import Any
 import aiohttp
 
 from bench.chat_fanout import Watcher
-from bench.common import EMAIL, Stack, main_of, web_answers, web_listener
+from bench.common import EMAIL, Stack, main_of
 from bench.load import WirePoster, open_loop
+from bench.processes import web_answers, web_listener
 from bench.report import figure, note, percentile, spread
 from core.links import chat_view_token
 

@@ -13,26 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 from bench.common import PAUSING_TASK, Stack, create_executions, main_of, wait_for_status
+from bench.processes import cpu_and_wakeups
 from bench.report import figure
-
-
-def cpu_and_wakeups(pid: int) -> tuple[float, int]:
-    """CPU seconds on every thread of the process so far (to the nanosecond: /proc's tick of 10 ms is too coarse
-    here), and its threads' voluntary context switches."""
-    cpu, woken = 0, 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            cpu += int((task / "schedstat").read_text().split()[0])
-            status = (task / "status").read_text()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that ended meanwhile
-        for line in status.splitlines():
-            if line.startswith("voluntary_ctxt_switches:"):
-                woken += int(line.split()[1])
-    return cpu / 1e9, woken
 
 
 async def measure(st: Stack, quick: bool) -> None:

@@ -34,10 +34,10 @@ from bench.common import (
     backends_of,
     common_arguments,
     create_executions,
-    rss_bytes,
     stack,
     wait_for_status,
 )
+from bench.processes import rss_bytes
 from bench.report import figure, note, percentile, spread
 from core.ids import new_id
 from core.models import Base, Execution
