@@ -132,7 +132,8 @@ def test_settings_read_the_limits_from_the_environment(tmp_path: Any) -> None:
 
 
 async def test_an_unreachable_redis_limits_per_process_instead_of_failing(settings: Settings) -> None:
-    dead = settings.with_changes(redis_url=f"redis://127.0.0.1:{closed_port()}/0")
+    # An hour's window: one request's cell lasts 36 s, so a slow machine cannot refill the bucket between the two.
+    dead = settings.with_changes(redis_url=f"redis://127.0.0.1:{closed_port()}/0", rate_limit_window_seconds=3600)
     async with serving(dead) as service:
         acct = await account(service, "owner@example.com", "eval:manage")
         created = await service.client.post(CREATE, json=task(), headers=bearer(acct.key))
