@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
+from core.beats import seconds_to_beat
 from core.db import Database
 from core.errors import FailureCode, failure
 from core.events import append_event
@@ -71,4 +72,4 @@ async def run_external_sweep(db: Database, settings: Settings, stop: asyncio.Eve
         except Exception:
             log.exception("the external agents' sweep failed; retrying at its next look")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
+            await asyncio.wait_for(stop.wait(), seconds_to_beat(every))

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from core.beats import seconds_to_beat
 from core.db import Database
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,8 @@ async def run_woken(
     name: str,
     failure: str,
 ) -> None:
-    """Run `work` now, then whenever `channel` carries a message or `poll_seconds` pass, until `stop` is set.
+    """Run `work` now, then whenever `channel` carries a message or at the next beat of `poll_seconds`
+    (core/beats.py), until `stop` is set.
     A failed round is logged (`failure`) and tried again at the next wake-up or poll."""
     kick = asyncio.Event()
     listening = db.bus.listen(
@@ -39,7 +41,9 @@ async def run_woken(
             waiting = asyncio.ensure_future(kick.wait())
             stopping = asyncio.ensure_future(stop.wait())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait({waiting, stopping}, timeout=poll_seconds, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {waiting, stopping}, timeout=seconds_to_beat(poll_seconds), return_when=asyncio.FIRST_COMPLETED
+                )
             waiting.cancel()
             stopping.cancel()
     finally:

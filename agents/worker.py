@@ -18,6 +18,7 @@ from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
 from agents.scoring import run_scoring
 from agents.suite_scheduler import run_suite_scheduler
+from core.beats import seconds_to_beat
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
@@ -99,7 +100,7 @@ class Worker:
                 await self._fill()
                 # A timer, not wait_for: a kick then wakes this loop at once, where wait_for would wake it through
                 # a task of its own, two turns of the loop later (behind whatever the process does meanwhile).
-                poll = loop.call_later(self.settings.worker_poll_seconds, self._missed)
+                poll = loop.call_later(seconds_to_beat(self.settings.worker_poll_seconds), self._missed)
                 try:
                     await self._kick.wait()
                 finally:

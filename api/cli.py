@@ -191,7 +191,7 @@ def run_web_server(app: Any, settings: Settings, sock: socket.socket, *, started
     the bench's); `started` is said on stderr once it accepts connections."""
     import uvicorn
 
-    from chat._uvicorn_shortcuts import OnceASecondServer
+    from chat._uvicorn_shortcuts import QuietServer
 
     # JSON logs: uvicorn's own loggers keep no handlers of their own and go through ours (log_config=None).
     log_config = uvicorn.config.LOGGING_CONFIG if settings.log_format == "text" else None
@@ -203,7 +203,7 @@ def run_web_server(app: Any, settings: Settings, sock: socket.socket, *, started
         timeout_graceful_shutdown=GRACEFUL_STOP_SECONDS,
     )  # fmt: skip
 
-    class Server(OnceASecondServer):
+    class Server(QuietServer):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if started is not None and self.started:

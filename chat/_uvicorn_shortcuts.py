@@ -1,5 +1,5 @@
 """Every use of uvicorn's internals, in one place: writing a room's websocket frame, built once, to each watcher's
-transport; and a server that wakes once a second when idle, not ten times (`OnceASecondServer`).
+transport; and a server that does not wake while idle, where uvicorn's wakes ten times a second (`QuietServer`).
 
 Past engine.io (chat/_engineio_shortcuts.py), each delivery still went through the ASGI send of uvicorn's
 websocket protocol: a coroutine, the `websockets` connection building and serialising the same frame again for
@@ -25,12 +25,13 @@ module; read this code again before widening the range), each pinned by tests/ch
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from types import FrameType
+import time
+from email.utils import formatdate
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
 from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 
@@ -71,35 +72,71 @@ def write_frame(protocol: WebSocketsSansIOProtocol, frame: bytes) -> bool:
     return True
 
 
-# How often an idle server wakes: the Date header it sends has whole seconds.
-TICK_SECONDS = 1.0
+class _DateOnDemand(ServerState):
+    """uvicorn's state shared by its connections, whose `default_headers` (the Date header, then the configured
+    ones) are made when a request reads them in a new second, instead of by the server's tick."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__()
+        self._config = config
+        self._second = -1
+        self._headers: list[tuple[bytes, bytes]] = []
+
+    @property
+    def default_headers(self) -> list[tuple[bytes, bytes]]:
+        second = int(time.time())
+        if second != self._second:
+            date = [(b"date", formatdate(second, usegmt=True).encode())] if self._config.date_header else []
+            self._headers, self._second = date + self._config.encoded_headers, second
+        return self._headers
+
+    @default_headers.setter
+    def default_headers(self, _headers: list[tuple[bytes, bytes]]) -> None:
+        """uvicorn assigns them at start and at a tick; made above instead, they are not kept."""
 
 
-class OnceASecondServer(uvicorn.Server):
-    """uvicorn's server, waking once a second to tick, where uvicorn's `main_loop` wakes ten times: it sleeps 0.1 s
-    between ticks only to notice a stop signal soon. Here the signal's handler wakes the loop instead.
+class QuietServer(uvicorn.Server):
+    """uvicorn's server, with no tick while it runs: uvicorn's `main_loop` wakes ten times a second, to refresh the
+    Date header once a second and to notice a stop soon. Here the header is made when a response asks for it
+    (`_DateOnDemand`), and a stop (a signal, or `should_exit` set from any thread) wakes the loop. An idle web
+    process then wakes only for what it has to do.
 
-    Each wake-up of an idle process costs this kind of virtual machine about 0.2 ms of CPU: the web process idled at
-    2.0 ms of CPU a second on PostgreSQL, 0.5 ms with this (4.4 and 2.5 ms embedded), and every paced approval paid
-    its share (bench figure `idle-processes`, bench/README.md, issue 25).
-    What it relies on, as read in uvicorn 0.54 (pinned by tests/chat/test_uvicorn_shortcuts.py): `main_loop` runs
-    `on_tick(counter)` until it answers True, `on_tick` refreshes the Date header when `counter % 10 == 0`, and the
-    stop signals go to `handle_exit`. A stop asked by setting `should_exit` alone is seen within a tick.
+    On this kind of virtual machine a wake-up of an idle process costs far more than the work it wakes for (0.2 ms
+    of CPU on one VM, 4-12 ms after a second's sleep on another), and a process woken by its tick is also the one a
+    decision wakes next: bench figure `idle-processes` and bench/README.md (issue 25).
+    What it relies on, as read in uvicorn 0.54 (pinned by tests/chat/test_uvicorn_shortcuts.py): the server's
+    connections read `server_state.default_headers` for every response, `main_loop` runs `on_tick(counter)` until
+    it answers True and refreshes the header only when `counter % 10 == 0`, `on_tick` answers `should_exit`, and
+    the stop signals go to `handle_exit`, which sets `should_exit`. A server that limits its requests
+    (`limit_max_requests`) or reports to a supervisor (`callback_notify`) keeps uvicorn's ticking loop, which
+    those need.
     """
 
     _woken: asyncio.Event | None = None
     _loop: asyncio.AbstractEventLoop | None = None
+    _should_exit = False
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.server_state = _DateOnDemand(config)
+
+    @property
+    def should_exit(self) -> bool:
+        return self._should_exit
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._should_exit = value
+        if value and self._loop is not None and self._woken is not None:
+            # From a signal handler (between any two bytecodes of the loop's thread) or another thread.
+            self._loop.call_soon_threadsafe(self._woken.set)
 
     async def main_loop(self) -> None:
+        if self.config.limit_max_requests is not None or self.config.callback_notify is not None:
+            await super().main_loop()
+            return
         self._loop, self._woken = asyncio.get_running_loop(), asyncio.Event()
-        counter = 0
-        while not await self.on_tick(counter):
-            counter = (counter + 10) % 864000  # every tick is a tenth tick of uvicorn's: the Date header is refreshed
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._woken.wait(), TICK_SECONDS)
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
-        if self._loop is not None and self._woken is not None:
-            # Called by a signal handler, between any two bytecodes of the loop's thread: the loop sets it itself.
-            self._loop.call_soon_threadsafe(self._woken.set)
+        # 1: not a tenth tick, so on_tick leaves the header to _DateOnDemand and only answers whether to stop.
+        while not await self.on_tick(1):
+            await self._woken.wait()
+            self._woken.clear()

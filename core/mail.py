@@ -21,6 +21,7 @@ import aiosmtplib
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.beats import seconds_to_beat
 from core.db import Database, publish_after_commit
 from core.event_payloads import MailFailed
 from core.events import append_events
@@ -279,6 +280,6 @@ async def run_mail_dispatcher(db: Database, smtp_url: str, stop: asyncio.Event, 
                 await deliver_due_mail(db, target)
             except Exception:
                 log.exception("mail dispatch round failed")
-            await wakeups.wait(poll_seconds)
+            await wakeups.wait(seconds_to_beat(poll_seconds))
     finally:
         await wakeups.stop()

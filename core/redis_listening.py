@@ -16,6 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from core.beats import seconds_to_beat
 from core.bus import LocalListener
 from core.reconnect import Reconnecting
 from core.redis_calls import REDIS_ANSWER_SECONDS
@@ -44,7 +45,8 @@ class RedisListening:
     connection of its own, kept up by a task: on any failure it calls `on_reset`, waits (core/reconnect.py: one
     warning, a doubling wait up to a cap, one line once back), and subscribes again (calling `on_reset` once more,
     for what was published while it was away). The task delivers each message as it reads it. A PING after a few
-    idle seconds, unanswered a few seconds more, finds a connection that died silently.
+    idle seconds (at the next beat, core/beats.py, with the process's other looks), unanswered until the beat
+    after, finds a connection that died silently.
 
     A followed channel counts as heard once Redis has answered its SUBSCRIBE on the current connection, and no
     UNSUBSCRIBE was sent since: `follow` says so to whoever must not trust what it read before that (a cache).
@@ -171,7 +173,7 @@ class RedisListening:
                 self._sync_soon()  # channels followed or left while it subscribed
                 pinged = False
                 while True:
-                    message = await pubsub.get_message(timeout=self.PING_SECONDS)
+                    message = await pubsub.get_message(timeout=seconds_to_beat(self.PING_SECONDS))
                     if message is None:
                         if pinged:
                             raise RedisConnectionError("Redis did not answer a PING")

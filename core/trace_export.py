@@ -23,6 +23,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from core.beats import seconds_to_beat
 from core.db import Database
 from core.model_profiles import EXTERNAL, OFFLINE, PROVIDERS
 from core.models import Event, Execution, TraceExport, utcnow
@@ -144,7 +145,7 @@ async def run_trace_exporter(db: Database, settings: Settings, stop: asyncio.Eve
                 await export_due(db, settings, builder, exporter)
             except Exception:
                 log.exception("trace export round failed")
-            await wakeups.wait(settings.worker_poll_seconds)
+            await wakeups.wait(seconds_to_beat(settings.worker_poll_seconds))
     finally:
         await wakeups.stop()
         exporter.shutdown()

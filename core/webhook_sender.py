@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import httpx
 import sqlalchemy as sa
 
+from core.beats import seconds_to_beat
 from core.db import Database
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.outbound import OutboundRefused, guarded_client, webhook_policy
@@ -271,11 +272,11 @@ async def run_webhook_dispatcher(
     try:
         async with guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds) as client:
             while not stop.is_set():
-                wait = poll
+                wait = seconds_to_beat(poll)
                 try:
                     await deliver_due_webhooks(db, settings, client=client, clock=clock, jitter=jitter)
                     due = await seconds_until_next_due(db, clock)
-                    wait = poll if due is None else min(poll, max(0.05, due))
+                    wait = seconds_to_beat(poll) if due is None else min(seconds_to_beat(poll), max(0.05, due))
                 except Exception:
                     log.exception("webhook dispatch round failed")
                 await wakeups.wait(wait)

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.backends import backend_of
+from core.beats import seconds_to_beat
 from core.db import Database
 from core.event_payloads import ReviewDeadlinePassed, ReviewTimerFired
 from core.events import append_event
@@ -202,4 +203,4 @@ async def run_review_timers(db: Database, settings: Settings, stop: asyncio.Even
         except Exception:
             log.exception("review timers failed; retrying at the next poll")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), settings.worker_poll_seconds)
+            await asyncio.wait_for(stop.wait(), seconds_to_beat(settings.worker_poll_seconds))

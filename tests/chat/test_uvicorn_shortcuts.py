@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 import signal
 import socket
-from datetime import UTC, datetime, timedelta
+import sys
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
 import aiohttp
 import pytest
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from chat._uvicorn_shortcuts import TICK_SECONDS, OnceASecondServer, protocol_of, room_frame, write_frame
+from chat._uvicorn_shortcuts import QuietServer, protocol_of, room_frame, write_frame
 
 
 async def _lifespan(receive: Any, send: Any) -> None:
@@ -116,11 +118,16 @@ def test_uvicorns_send_checks_what_write_frame_checks_and_writes_the_connections
     assert "self.writable.clear()" in inspect.getsource(WebSocketsSansIOProtocol.pause_writing)
 
 
-def test_uvicorns_main_loop_ticks_to_notice_a_stop_and_refreshes_the_date_every_tenth_tick() -> None:
+def test_uvicorns_server_reads_the_default_headers_per_response_and_ticks_to_refresh_them() -> None:
     main_loop, on_tick = inspect.getsource(uvicorn.Server.main_loop), inspect.getsource(uvicorn.Server.on_tick)
-    assert "await asyncio.sleep(0.1)" in main_loop and "await self.on_tick(counter)" in main_loop
-    assert "if counter % 10 == 0:" in on_tick and "default_headers" in on_tick and "if self.should_exit:" in on_tick
+    assert "await self.on_tick(counter)" in main_loop
+    assert "if counter % 10 == 0:" in on_tick and "self.server_state.default_headers = " in on_tick
+    assert "if self.should_exit:" in on_tick and "return True" in on_tick
+    assert "self.server_state = ServerState()" in inspect.getsource(uvicorn.Server.__init__)
     assert "signal.signal(sig, self.handle_exit)" in inspect.getsource(uvicorn.Server.capture_signals)
+    # That `handle_exit` sets `should_exit` is checked by its effect below: sse_starlette (the mcp SDK's) wraps it.
+    for cycle in (H11Protocol, HttpToolsProtocol):
+        assert "default_headers=self.server_state.default_headers" in inspect.getsource(cycle)
 
 
 async def _plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -131,35 +138,88 @@ async def _plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-async def test_the_server_ticks_once_a_second_with_a_fresh_date_and_stops_at_once_on_a_signal() -> None:
+def _bound() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen()
-    server = OnceASecondServer(uvicorn.Config(_plain, log_level="warning", lifespan="on"))
+    return sock
+
+
+async def _dates(port: int, count: int) -> list[datetime]:
+    dates = []
+    async with aiohttp.ClientSession() as client:
+        for _ in range(count):
+            async with client.get(f"http://127.0.0.1:{port}/") as got:
+                assert got.status == 204
+                dates.append(parsedate_to_datetime(got.headers["Date"]))
+    return dates
+
+
+async def test_the_idle_server_does_not_tick_its_date_is_fresh_and_a_signal_stops_it_at_once() -> None:
+    sock = _bound()
+    server = QuietServer(uvicorn.Config(_plain, log_level="warning", lifespan="on", headers=[("x-kept", "1")]))
     loop = asyncio.get_running_loop()
-    ticks: list[float] = []
-    two_intervals = asyncio.Event()  # the first tick, at start, and two more
+    ticks: list[int] = []
     on_tick = server.on_tick
 
     async def counted(counter: int) -> bool:
-        ticks.append(loop.time())
-        if len(ticks) == 3:
-            two_intervals.set()
+        ticks.append(counter)
         return await on_tick(counter)
 
     server.on_tick = counted  # type: ignore[method-assign]
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        await two_intervals.wait()
-        assert min(b - a for a, b in itertools.pairwise(ticks)) >= TICK_SECONDS * 0.9
-        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{sock.getsockname()[1]}/") as got:
-            assert got.status == 204
-            assert parsedate_to_datetime(got.headers["Date"]) >= datetime.now(UTC) - timedelta(seconds=TICK_SECONDS + 1)
+        port = sock.getsockname()[1]
+        before = datetime.now(UTC).replace(microsecond=0)
+        first = await _dates(port, 3)
+        # Across a change of second, with no tick between: the header is made when the response asks for it. The
+        # sleep is the passage of time under test, not a wait for something to happen.
+        await asyncio.sleep(1.1)
+        second = await _dates(port, 1)
+        after = datetime.now(UTC)
+        assert all(before <= d <= after for d in first + second) and second[0] > first[0]
+        assert ticks == [1]  # the one look at start, whether to stop: none since, requests or not
+        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{port}/") as got:
+            assert got.headers["x-kept"] == "1"
         stopping = loop.time()
         server.handle_exit(signal.SIGTERM, None)
         server._captured_signals.clear()  # uvicorn raises again the signals it handled once it stops: not in pytest
         await serving
-        assert loop.time() - stopping < TICK_SECONDS / 2  # woken by the signal, not by the next tick
+        assert loop.time() - stopping < 0.5  # woken by the signal
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+        # sse_starlette (loaded with the mcp SDK) wraps uvicorn's handle_exit and sets a flag of its own that ends
+        # every SSE stream of the process from then on: in a test process, later tests' streams.
+        sse = sys.modules.get("sse_starlette.sse")
+        if sse is not None:
+            sse.AppStatus.should_exit = False
+
+
+async def test_should_exit_set_from_another_thread_stops_the_idle_server() -> None:
+    sock = _bound()
+    server = QuietServer(uvicorn.Config(_plain, log_level="warning", lifespan="on"))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await _dates(sock.getsockname()[1], 1)  # answered: started, its main loop waiting
+        await asyncio.to_thread(setattr, server, "should_exit", True)
+        async with asyncio.timeout(5):  # with no tick, only the setter's wake-up can end it
+            await serving
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+
+
+async def test_a_server_limiting_its_requests_keeps_uvicorns_ticking_loop() -> None:
+    sock = _bound()
+    server = QuietServer(uvicorn.Config(_plain, log_level="warning", lifespan="on", limit_max_requests=2))
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await _dates(sock.getsockname()[1], 2)
+        async with asyncio.timeout(5):  # uvicorn's tick sees the count reached and stops the server
+            await serving
     finally:
         server.should_exit = True
         await serving
