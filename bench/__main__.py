@@ -10,7 +10,6 @@ leaves 100,000 executions behind). Each figure prints a `FIGURE <name> [<backend
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import platform
 import sys
@@ -29,7 +28,7 @@ from bench import (
     status_throughput,
     suite_summary,
 )
-from bench.common import Measure, backends_of, common_arguments, stack
+from bench.common import Measure, backends_of, common_arguments, run_until_stopped, stack
 
 FIGURES: dict[str, Measure] = {
     "durable-step-overhead": durable_step.measure,
@@ -82,7 +81,7 @@ def main() -> None:
                     await FIGURES[name](st, args.quick)
             print(f"[{backend}] done in {time.monotonic() - started:.0f} s", flush=True)
 
-    asyncio.run(run())
+    run_until_stopped(run())
     print(f"finished; load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -24,8 +24,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -227,6 +228,7 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
         env["VOUCH_REDIS_URL"] = redis_url
     db: Database | None = None
     the_stack: Stack | None = None
+    stopped_by_signal = _cancel_on_sigterm()
     try:
         await asyncio.to_thread(upgrade, database_url)
         db = Database(database_url, InProcessBus())
@@ -240,6 +242,8 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
         await the_stack.start()
         yield the_stack
     finally:
+        if stopped_by_signal:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
         if the_stack is not None:
             await the_stack.stop()
             for log in the_stack._logs:
@@ -258,6 +262,17 @@ async def stack(backend: str, **env_extra: str) -> AsyncIterator[Stack]:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+
+def _cancel_on_sigterm() -> bool:
+    """A bench stopped by SIGTERM (`timeout`, the peers' runner) would die at once and leave its web and worker
+    processes running, its database and data dir behind. The signal cancels the task that holds the stack instead,
+    so that its `finally` stops them. Only on the main thread, where a loop may take signals; whether it did."""
+    task = asyncio.current_task()
+    if task is None or threading.current_thread() is not threading.main_thread():
+        return False
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return True
 
 
 async def create_executions(st: Stack, count: int, body: dict[str, Any], parallel: int = 8) -> list[str]:
@@ -357,4 +372,13 @@ def main_of(measure: Measure, description: str) -> None:
             async with stack(backend) as st:
                 await measure(st, args.quick)
 
-    asyncio.run(run())
+    run_until_stopped(run())
+
+
+def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run(main)`; stopped by SIGTERM (which cancels it: `_cancel_on_sigterm`), the process ends as the
+    signal would have ended it, with 143, once its stack is stopped."""
+    try:
+        asyncio.run(main)
+    except asyncio.CancelledError:
+        raise SystemExit(128 + signal.SIGTERM) from None

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,6 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 # Beside the checkout (../shared/peers), or beside the folder of worktrees it is one of.
@@ -43,6 +45,8 @@ PEERS_DIR = Path(os.environ.get("VOUCH_PEERS_DIR") or next((str(p) for p in _BES
 PEERS_PYTHON = os.environ.get("VOUCH_PEERS_PYTHON", str(ROOT / ".venv-peers" / "bin" / "python"))
 NODE_MODULES = os.environ.get("PEER_NODE_MODULES", str(ROOT / ".peers-node" / "node_modules"))
 RUN_TIMEOUT = 900
+# How long a side stopped early has to stop its own processes before it is killed.
+STOP_SECONDS = 60
 
 _SPREAD = r"n=(\d+) p50=([\d.]+) ms p99=([\d.]+) ms"
 _FLOAT = r"([\d.,]+)"
@@ -225,18 +229,28 @@ def run(title: str, command: list[str], cwd: Path, env: dict[str, str] | None = 
     assert proc.stdout is not None
     started = time.monotonic()
     echoing = False
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("FIGURE "):
-            echoing = True
-        elif not line.startswith("  "):
-            echoing = False
-        if echoing:
-            print("  " + line.rstrip() if not line.startswith("FIGURE ") else line.rstrip(), flush=True)
-        if time.monotonic() - started > RUN_TIMEOUT:
-            proc.kill()
-            break
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("FIGURE "):
+                echoing = True
+            elif not line.startswith("  "):
+                echoing = False
+            if echoing:
+                print("  " + line.rstrip() if not line.startswith("FIGURE ") else line.rstrip(), flush=True)
+            if time.monotonic() - started > RUN_TIMEOUT:
+                break
+    finally:
+        # Stopped early (its time is up, or this runner was): a side that holds a stack of service processes
+        # stops them on SIGTERM (bench/common.py); SIGKILL would leave them running.
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     code = proc.wait()
+    proc.stdout.close()
     output = "".join(lines)
     if code != 0:
         print(f"  ({title} exited {code}; its last lines:)\n" + "".join(lines[-15:]), flush=True)
@@ -316,6 +330,10 @@ def summary(table: list[tuple[str, Ratio]]) -> None:
         print(f"  {name} [{backend}] vs {peer}: {'; '.join(columns)}", flush=True)
 
 
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     from bench.common import backends_of
 
@@ -326,6 +344,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1, help="rounds of the whole alternation")
     parser.add_argument("--parts", default="approve,fanout", help="comma-separated, of: approve, fanout")
     args = parser.parse_args(argv)
+    # A SIGTERM to this runner ends the side under way through `run`'s `finally`, not by leaving it running.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if parts - {"approve", "fanout"}:
         raise SystemExit(f"--parts: unknown {sorted(parts - {'approve', 'fanout'})}")
