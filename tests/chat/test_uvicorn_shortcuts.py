@@ -5,10 +5,12 @@ the web server does. pyproject.toml caps uvicorn below its next minor version fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -59,14 +61,24 @@ class App:
             self.written.append(write_frame(protocol, room_frame("after close")))
 
 
-async def _served(app: App, compress: int) -> tuple[Any, list[Any]]:
+@contextlib.asynccontextmanager
+async def _serving(server: uvicorn.Server) -> AsyncIterator[tuple[int, asyncio.Task[None]]]:
+    """`server` serving on a free port of 127.0.0.1: the port, and its `serve` task; stopped on the way out."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen()  # the client's connection waits in the backlog until the server accepts it
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio"))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
+        yield sock.getsockname()[1], serving
+    finally:
+        server.should_exit = True
+        await serving
+        sock.close()
+
+
+async def _served(app: App, compress: int) -> tuple[Any, list[Any]]:
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio"))
+    async with _serving(server) as (port, _):
         received: list[Any] = []
         url = f"http://127.0.0.1:{port}/"
         async with aiohttp.ClientSession() as client, client.ws_connect(url, compress=compress) as ws:
@@ -77,10 +89,6 @@ async def _served(app: App, compress: int) -> tuple[Any, list[Any]]:
             app.go.set()
             received.append((await ws.receive()).type)
         return found, received
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
 
 
 async def test_a_room_frame_reaches_an_uncompressed_watcher_as_uvicorns_send_would_write_it() -> None:
@@ -138,13 +146,6 @@ async def _plain(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def _bound() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    return sock
-
-
 async def _dates(port: int, count: int) -> list[datetime]:
     dates = []
     async with aiohttp.ClientSession() as client:
@@ -156,7 +157,6 @@ async def _dates(port: int, count: int) -> list[datetime]:
 
 
 async def test_the_idle_server_does_not_tick_its_date_is_fresh_and_a_signal_stops_it_at_once() -> None:
-    sock = _bound()
     server = QuietServer(uvicorn.Config(_plain, log_level="warning", lifespan="on", headers=[("x-kept", "1")]))
     loop = asyncio.get_running_loop()
     ticks: list[int] = []
@@ -167,29 +167,25 @@ async def test_the_idle_server_does_not_tick_its_date_is_fresh_and_a_signal_stop
         return await on_tick(counter)
 
     server.on_tick = counted  # type: ignore[method-assign]
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        port = sock.getsockname()[1]
-        before = datetime.now(UTC).replace(microsecond=0)
-        first = await _dates(port, 3)
-        # Across a change of second, with no tick between: the header is made when the response asks for it. The
-        # sleep is the passage of time under test, not a wait for something to happen.
-        await asyncio.sleep(1.1)
-        second = await _dates(port, 1)
-        after = datetime.now(UTC)
-        assert all(before <= d <= after for d in first + second) and second[0] > first[0]
-        assert ticks == [1]  # the one look at start, whether to stop: none since, requests or not
-        async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{port}/") as got:
-            assert got.headers["x-kept"] == "1"
-        stopping = loop.time()
-        server.handle_exit(signal.SIGTERM, None)
-        server._captured_signals.clear()  # uvicorn raises again the signals it handled once it stops: not in pytest
-        await serving
-        assert loop.time() - stopping < 0.5  # woken by the signal
+        async with _serving(server) as (port, serving):
+            before = datetime.now(UTC).replace(microsecond=0)
+            first = await _dates(port, 3)
+            # Across a change of second, with no tick between: the header is made when the response asks for it.
+            # The sleep is the passage of time under test, not a wait for something to happen.
+            await asyncio.sleep(1.1)
+            second = await _dates(port, 1)
+            after = datetime.now(UTC)
+            assert all(before <= d <= after for d in first + second) and second[0] > first[0]
+            assert ticks == [1]  # the one look at start, whether to stop: none since, requests or not
+            async with aiohttp.ClientSession() as client, client.get(f"http://127.0.0.1:{port}/") as got:
+                assert got.headers["x-kept"] == "1"
+            stopping = loop.time()
+            server.handle_exit(signal.SIGTERM, None)
+            server._captured_signals.clear()  # uvicorn raises again the signals it handled once it stops: not here
+            await serving
+            assert loop.time() - stopping < 0.5  # woken by the signal
     finally:
-        server.should_exit = True
-        await serving
-        sock.close()
         # sse_starlette (loaded with the mcp SDK) wraps uvicorn's handle_exit and sets a flag of its own that ends
         # every SSE stream of the process from then on: in a test process, later tests' streams.
         sse = sys.modules.get("sse_starlette.sse")
@@ -198,29 +194,17 @@ async def test_the_idle_server_does_not_tick_its_date_is_fresh_and_a_signal_stop
 
 
 async def test_should_exit_set_from_another_thread_stops_the_idle_server() -> None:
-    sock = _bound()
     server = QuietServer(uvicorn.Config(_plain, log_level="warning", lifespan="on"))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        await _dates(sock.getsockname()[1], 1)  # answered: started, its main loop waiting
+    async with _serving(server) as (port, serving):
+        await _dates(port, 1)  # answered: started, its main loop waiting
         await asyncio.to_thread(setattr, server, "should_exit", True)
         async with asyncio.timeout(5):  # with no tick, only the setter's wake-up can end it
             await serving
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
 
 
 async def test_a_server_limiting_its_requests_keeps_uvicorns_ticking_loop() -> None:
-    sock = _bound()
     server = QuietServer(uvicorn.Config(_plain, log_level="warning", lifespan="on", limit_max_requests=2))
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        await _dates(sock.getsockname()[1], 2)
+    async with _serving(server) as (port, serving):
+        await _dates(port, 2)
         async with asyncio.timeout(5):  # uvicorn's tick sees the count reached and stops the server
             await serving
-    finally:
-        server.should_exit = True
-        await serving
-        sock.close()
