@@ -272,13 +272,13 @@ async def run_webhook_dispatcher(
     try:
         async with guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds) as client:
             while not stop.is_set():
-                wait = seconds_to_beat(poll)
+                due: float | None = None
                 try:
                     await deliver_due_webhooks(db, settings, client=client, clock=clock, jitter=jitter)
                     due = await seconds_until_next_due(db, clock)
-                    wait = seconds_to_beat(poll) if due is None else min(seconds_to_beat(poll), max(0.05, due))
                 except Exception:
                     log.exception("webhook dispatch round failed")
-                await wakeups.wait(wait)
+                beat = seconds_to_beat(poll)  # read after the round: its beat is the next one from now
+                await wakeups.wait(beat if due is None else min(beat, max(0.05, due)))
     finally:
         await wakeups.stop()
