@@ -160,16 +160,15 @@ class DirectCursor:
 
 
 async def run_direct(session: AsyncSession, work: Callable[[DirectCursor], T]) -> T:
-    """Run `work` with a cursor of the session's connection, in its transaction (begun here if need be)."""
-    connection = await session.connection()
-    sync = connection.sync_connection
-    assert sync is not None
+    """Run `work` with a cursor of the session's connection, in its transaction (begun here if need be): one
+    greenlet for both, where asking for the connection first and then running on it were two."""
+    return await session.run_sync(lambda sync_session: _on_connection(sync_session.connection(), work))
+
+
+def _on_connection(sync: Connection, work: Callable[[DirectCursor], T]) -> T:
     inline = inline_connection(sync)
-    if inline is not None:
-        return _with_cursor(inline.cursor(), sync.dialect, work)
-    return await connection.run_sync(
-        lambda sync: _with_cursor(sync.connection.dbapi_connection.cursor(), sync.dialect, work)  # type: ignore[union-attr]
-    )
+    cursor = inline.cursor() if inline is not None else sync.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    return _with_cursor(cursor, sync.dialect, work)
 
 
 async def run_alone(
