@@ -26,7 +26,7 @@ import logging
 import types
 import weakref
 from collections import deque
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
@@ -56,15 +56,13 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
         # Frames that arrived while an earlier write waited for the transport (flow control); None when idle.
         self._backlog: deque[str | bytes] | None = None
         self._drainer: asyncio.Task[None] | None = None
-        # The server's websocket protocol, when this socket's frames are written to it directly
-        # (chat/_uvicorn_shortcuts.py); False once known that they may not be. `_shares`: whether a room's frame,
-        # built once, is this connection's too (no compression).
+        # The server's websocket protocol, when a room's frame built once may be written to it directly
+        # (chat/_uvicorn_shortcuts.py); False once known that it may not (a compressed connection).
         self._protocol: Any = None
-        self._shares = False
-        # Whether a frame went out directly in this turn of the loop, and the frames kept since for one write as
-        # it ends (`deliver_in_turn`), with the room's websocket frames of them where it `_shares` them. Lists kept
-        # and emptied, not made each turn: objects made per watcher per message that outlive a collection of the
-        # youngest generation push the collector into full collections, which stop the loop.
+        # Whether a room's frame went out in this turn of the loop, and the frames kept since for one write as
+        # it ends (`deliver_in_turn`), with the room's websocket frames of them. Lists kept and emptied, not made
+        # each turn: objects made per watcher per message that outlive a collection of the youngest generation
+        # push the collector into full collections, which stop the loop.
         self._in_turn = False
         self._held: list[str | bytes] = []
         self._held_room: list[bytes] = []
@@ -84,33 +82,31 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
             if self._drainer is not None:
                 self._drainer.cancel()
 
-    def writes_directly(self) -> bool:
-        """Whether `deliver_in_turn` may be used: this socket's frames are written to the server's transport
-        directly, under uvicorn's sans-I/O websocket protocol."""
+    def takes_room_frames(self) -> bool:
+        """Whether `deliver` may be given the room's websocket frame, built once (`room_frame`), to write as it is:
+        a connection that negotiated no compression, under uvicorn's sans-I/O websocket protocol."""
         if self._protocol is None and self.asgi_send is not None:
-            from chat._uvicorn_shortcuts import protocol_of, shares_room_frames  # the web process's only
+            from chat._uvicorn_shortcuts import protocol_of  # the web process's only: the worker never loads uvicorn
 
             found = protocol_of(self.asgi_send)
             if found is not None:
-                self._protocol, self._shares = found, shares_room_frames(found)
+                self._protocol = found
             elif getattr(getattr(self.asgi_send, "__self__", None), "handshake_complete", True):
-                self._protocol = False  # settled: another server's protocol
+                self._protocol = False  # settled: this connection's frames are its own
         return bool(self._protocol)
-
-    def shares_room_frames(self) -> bool:
-        """Whether a room's websocket frame, built once (`room_frame`), is this socket's frame too (where it
-        `writes_directly`): a connection that negotiated no compression."""
-        return self._shares and bool(self._protocol)
 
     def deliver(self, frame: str | bytes, room_frame: bytes | None = None) -> None:
         """Write a frame now, or after the frames already waiting for this socket; never waits itself, so one
         slow watcher holds up no other. A failure of an immediate write is raised to the caller. `room_frame`,
-        where it `shares_room_frames`: the same frame as the websocket writes it, built once for the room."""
+        where `takes_room_frames`: the same frame as the websocket writes it, built once for the room."""
         if self._backlog is not None:
             self._backlog.append(frame)
             return
-        if self._protocol and self._written_directly((frame,), room_frame):
-            return
+        if room_frame is not None and self._protocol:
+            from chat._uvicorn_shortcuts import write_frame
+
+            if write_frame(self._protocol, room_frame):
+                return
         sending = self.send(frame)
         try:
             # The ASGI send runs to its end here unless the server must wait before writing (uvicorn waits
@@ -124,24 +120,16 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
         self._backlog = deque()
         self._drainer = asyncio.ensure_future(self._drain(sending, waiting_on))
 
-    def _written_directly(self, frames: Sequence[str | bytes], room_frame: bytes | None) -> bool:
-        from chat._uvicorn_shortcuts import write_frame, write_messages
-
-        if not self._shares:
-            return write_messages(self._protocol, frames)
-        return room_frame is not None and write_frame(self._protocol, room_frame)
-
-    def deliver_in_turn(self, frame: str | bytes, room_frame: bytes | None) -> bool:
-        """Deliver a room's frame (where it `writes_directly`; `room_frame` where it `shares_room_frames`): the
-        turn's first at once, as `deliver` does; the rest of the loop's turn kept for one write when it ends
-        (`end_turn`). True for the first, when the caller must see that `end_turn` follows."""
+    def deliver_in_turn(self, frame: str | bytes, room_frame: bytes) -> bool:
+        """Deliver a room's frame (where `takes_room_frames`): the turn's first at once, as `deliver` does; the
+        rest of the loop's turn kept for one write when it ends (`end_turn`). True for the first, when the caller
+        must see that `end_turn` follows."""
         if not self._in_turn:
             self.deliver(frame, room_frame)
             self._in_turn = True
             return True
         self._held.append(frame)
-        if room_frame is not None:
-            self._held_room.append(room_frame)
+        self._held_room.append(room_frame)
         return False
 
     def end_turn(self) -> None:
@@ -156,12 +144,13 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
             socket = self._socket
             if socket is None or socket.closing or socket.closed:
                 return
-            shared = self._shares and len(room) == len(held)
-            whole = (room[0] if len(room) == 1 else b"".join(room)) if shared else None
-            if self._backlog is None and self._protocol and self._written_directly(held, whole):
-                return
-            for n, frame in enumerate(held):
-                self.deliver(frame, room[n] if shared else None)
+            if self._backlog is None and self._protocol:
+                from chat._uvicorn_shortcuts import write_frame
+
+                if write_frame(self._protocol, room[0] if len(room) == 1 else b"".join(room)):
+                    return
+            for frame, whole in zip(held, room, strict=True):
+                self.deliver(frame, whole)
         finally:
             held.clear()
             room.clear()

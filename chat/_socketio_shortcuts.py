@@ -71,11 +71,10 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
     websocket's frames are written directly (DirectWebSocket), other transports' go through engine.io. One
     recipient's failure is logged and skips only that recipient. Emits with a callback keep the library's path.
 
-    A watcher whose frames are written directly (`writes_directly`: the room's, built once, where it negotiated
-    no compression; its own otherwise) gets the first of a turn of the loop at once and the rest of that turn in
-    one write as it ends: a commit's events, or a burst of the model's text, cost each watcher two system calls
-    and two TCP segments rather than one per message (the writes were three quarters of the fan-out's CPU), and a
-    lone message waits for nothing (bench/README.md, issue 25).
+    A watcher whose frames are the room's (`takes_room_frames`) gets the first of a turn of the loop at once and
+    the rest of that turn in one write as it ends: a commit's events, or a burst of the model's text, cost each
+    watcher two system calls and two TCP segments rather than one per message (the writes were three quarters of
+    the fan-out's CPU), and a lone message waits for nothing (bench/README.md, issue 25).
     """
 
     # Told of every event delivered here, before its room's recipients (chat/lists.py's ListNotifier).
@@ -138,14 +137,13 @@ class InTurnDelivery(socketio.AsyncManager):  # type: ignore[misc]
             ws = direct_to(eio, eio_sid)
             if ws is not None:
                 try:
-                    if ws.writes_directly():
-                        shares = ws.shares_room_frames()
-                        if shares and built is None:
+                    if ws.takes_room_frames():
+                        if built is None:
                             from chat._uvicorn_shortcuts import room_frame  # a web process's: the worker has no server
 
                             built = [room_frame(data) for data in wire]
-                        for n, data in enumerate(wire):
-                            if ws.deliver_in_turn(data, built[n] if shares and built is not None else None):
+                        for data, whole in zip(wire, built, strict=True):
+                            if ws.deliver_in_turn(data, whole):
                                 if not self._in_turn:
                                     asyncio.get_running_loop().call_soon(self._end_turn)
                                 self._in_turn.append(ws)

@@ -1,37 +1,31 @@
-"""Every use of uvicorn's internals, in one place: writing a room's websocket frames to each watcher's transport
-without uvicorn's ASGI send; and a server that does not wake while idle, where uvicorn's wakes ten times a second
-(`QuietServer`).
+"""Every use of uvicorn's internals, in one place: writing a room's websocket frame, built once, to each watcher's
+transport; and a server that does not wake while idle, where uvicorn's wakes ten times a second (`QuietServer`).
 
 Past engine.io (chat/_engineio_shortcuts.py), each delivery still went through the ASGI send of uvicorn's
-websocket protocol: a coroutine, the `websockets` connection building and serialising the frame, then the
-transport's write. For a watcher whose connection negotiated no extension (no compression), the frame's bytes are
-the same for everyone: they are serialised once per broadcast (`room_frame`, through `websockets`' public
-`Frame.serialize`) and written to each transport as uvicorn's send would write them, after the same checks. A
-watcher whose connection compresses needs frames of its own (its compression context carries over from one
-message to the next): `write_messages` makes them as uvicorn's send does, through the connection's public sans-I/O
-calls (`send_text`, `data_to_send`), and writes what a turn of the loop brought in one write. Kept because the
-bench's alternating pairs show each buys more than 30 % on the fan-out's deliveries per second (uncompressed and
-compressed; bench/README.md, issue 25); uvicorn has no public way to do either. A watcher that is not in a state
-to be written to now keeps the ASGI send.
+websocket protocol: a coroutine, the `websockets` connection building and serialising the same frame again for
+every watcher, then the transport's write. For a watcher whose connection negotiated no extension (no
+compression), the frame's bytes are the same for everyone: they are serialised once per broadcast (`room_frame`,
+through `websockets`' public `Frame.serialize`) and written to each transport as uvicorn's send would write them,
+after the same checks. Kept because the bench's alternating pairs show it buys more than 30 % on the uncompressed
+fan-out's deliveries per second (bench/README.md, issue 25); uvicorn has no public way to do it. A watcher whose
+connection compresses, or that is not in a state to be written to now, keeps the ASGI send.
 
 What it relies on, as read in uvicorn 0.54 with websockets 17 (pyproject.toml caps uvicorn below 0.55 for this
-module; read this code again before widening the range), each pinned by tests/chat/test_uvicorn_shortcuts.py:
+module; read this code again before widening the range), each pinned by tests/chat/test_library_shortcuts.py:
 
 - the ASGI `send` uvicorn's `websockets-sansio` protocol gives the application is its bound method `send`, so
   `send.__self__` is the `WebSocketsSansIOProtocol`;
 - that protocol's `transport`, `writable` (an `asyncio.Event`, cleared while the transport paused writing),
   `handshake_complete`, `close_sent`, `disconnected`, `initial_response`, and `conn` (a `websockets`
   `ServerProtocol`, with `state` and `extensions`);
-- that `send` of a `websocket.send` message with `text` (`bytes`), once open, calls
-  `conn.send_text(text.encode())` (`conn.send_binary(bytes)`) and writes the joined `conn.data_to_send()`:
-  without extensions, one unmasked, final TEXT (BINARY) frame (the frame `room_frame` builds).
+- that `send` of a `websocket.send` message with `text`, once open, writes
+  `conn.send_text(text.encode())`'s output: one unmasked, final TEXT frame (the frame built here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from email.utils import formatdate
 from typing import Any
 
@@ -43,17 +37,14 @@ from websockets.protocol import State
 
 
 def protocol_of(asgi_send: Any) -> WebSocketsSansIOProtocol | None:
-    """The uvicorn websocket protocol behind an ASGI `send`, once its handshake is complete: its frames may then be
-    written directly (`write_frame` where it `shares_room_frames`, `write_messages` otherwise). None otherwise."""
+    """The uvicorn websocket protocol behind an ASGI `send`, when its frames may be written directly: no
+    extension negotiated (a compressed connection needs a frame of its own). None otherwise."""
     protocol = getattr(asgi_send, "__self__", None)
     if not isinstance(protocol, WebSocketsSansIOProtocol) or not protocol.handshake_complete:
         return None
+    if protocol.conn.extensions:
+        return None
     return protocol
-
-
-def shares_room_frames(protocol: WebSocketsSansIOProtocol) -> bool:
-    """Whether a room's frame built once (`room_frame`) is this connection's frame too: it negotiated no extension."""
-    return not protocol.conn.extensions
 
 
 def room_frame(message: str | bytes) -> bytes:
@@ -68,38 +59,17 @@ def write_frame(protocol: WebSocketsSansIOProtocol, frame: bytes) -> bool:
     """Write `frame` (one or more whole frames, back to back: what uvicorn's send writes when `websockets` gives it
     several) as uvicorn's send would, when it could now without waiting; False when it could not (the transport
     paused writing, the connection is closing or closed): the caller then takes the ASGI send."""
-    if not _writable_now(protocol):
+    if (
+        not protocol.writable.is_set()
+        or protocol.disconnected
+        or protocol.close_sent
+        or protocol.initial_response is not None
+        or protocol.conn.state is not State.OPEN
+        or protocol.transport.is_closing()
+    ):
         return False
     protocol.transport.write(frame)
     return True
-
-
-def write_messages(protocol: WebSocketsSansIOProtocol, messages: Sequence[str | bytes]) -> bool:
-    """Send `messages` in order as uvicorn's send sends each (text, or binary for bytes), through the connection, so
-    that each is its own frame (compressed with the connection's context where it compresses), and write them in
-    one write, when it could now without waiting; False, with nothing sent, when it could not (as `write_frame`)."""
-    if not _writable_now(protocol):
-        return False
-    conn = protocol.conn
-    for message in messages:
-        if isinstance(message, bytes):
-            conn.send_binary(message)
-        else:
-            conn.send_text(message.encode())
-    protocol.transport.write(b"".join(conn.data_to_send()))
-    return True
-
-
-def _writable_now(protocol: WebSocketsSansIOProtocol) -> bool:
-    # What uvicorn's send waits for (writable), and what makes it write nothing or raise.
-    return (
-        protocol.writable.is_set()
-        and not protocol.disconnected
-        and not protocol.close_sent
-        and protocol.initial_response is None
-        and protocol.conn.state is State.OPEN
-        and not protocol.transport.is_closing()
-    )
 
 
 class _DateOnDemand(ServerState):
