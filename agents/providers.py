@@ -105,11 +105,19 @@ class ModelRegistry:
             api_key=api_key,
             timeout=self.settings.agent_request_timeout_seconds,
             max_retries=self.settings.agent_request_retries,
+            # The API version the SDK sends by default (2026-10-21 from anthropic 2) takes no temperature, and
+            # pydantic-ai would drop the profile's with a warning: the profile asked for one, so it is sent, with
+            # the version that takes it (pydantic-ai's advice).
+            default_headers=None if profile.temperature is None else {"anthropic-version": _SAMPLING_API_VERSION},
         )
         self._clients.append(client)
         return AnthropicModel(
             profile.model, provider=AnthropicProvider(anthropic_client=client), settings=_model_settings(profile)
         )
+
+
+# The last Messages API version that takes `temperature`.
+_SAMPLING_API_VERSION = "2023-06-01"
 
 
 def _api_key(profile: ModelProfile, usual: str, hint: str) -> str:

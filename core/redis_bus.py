@@ -197,7 +197,7 @@ class RedisBus:
             yield subscription
         finally:
             await pubsub.unsubscribe()
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()
 
     async def close(self) -> None:
         await self._publisher.close()

@@ -197,7 +197,7 @@ class RedisListening:
     @staticmethod
     async def _close(pubsub: PubSub, client: aioredis.Redis) -> None:
         with contextlib.suppress(Exception):
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()
         with contextlib.suppress(Exception):
             await client.aclose()
 

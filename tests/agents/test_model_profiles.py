@@ -58,6 +58,8 @@ async def test_an_anthropic_profile_runs_a_task_with_its_key_settings_and_prices
         for body, headers in zip(llm.requests, llm.headers, strict=True):
             assert body["model"] == "claude-3-5-haiku-latest"
             assert (body["temperature"], body["max_tokens"]) == (0.3, 512)
+            # The version that takes a temperature, whatever the SDK's default.
+            assert headers.get("anthropic-version") == "2023-06-01"
             # The SDK sends it as `x-api-key` or, in newer versions, as a bearer token.
             sent = (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
             assert "key-from-the-profile-variable" in sent, sorted(headers)
