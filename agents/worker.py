@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import logging
 import os
 import socket
+from collections.abc import Iterable
 from typing import Any
 
 from agents.claims import Claim, claim_execution, claim_next, claim_to_take_over
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # Executions named by wake-ups and kept for claiming by id while the worker is full.
 _NAMED_AT_MOST = 1000
+# A stop that takes longer than this names, in the log, what it still waits for.
+STOP_WARNING_SECONDS = 10.0
 
 
 def default_worker_id() -> str:
@@ -111,7 +115,12 @@ class Worker:
                 task.cancel()  # a run stops its agent between statements (ExecutionRunner.run)
             for task in helpers:
                 self.db.stop(task)
-            await asyncio.gather(*self._running, *helpers, stopper, return_exceptions=True)
+            waited = (*self._running, *helpers, stopper)
+            slow = asyncio.get_running_loop().call_later(STOP_WARNING_SECONDS, _say_what_waits, waited)
+            try:
+                await asyncio.gather(*waited, return_exceptions=True)
+            finally:
+                slow.cancel()
             await wakeups.stop()
             if inbound is not None:
                 await inbound.stop()
@@ -190,3 +199,12 @@ class Worker:
         search for runnable executions instead."""
         self._search = True
         self._kick.set()
+
+
+def _say_what_waits(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """A stop that hangs is a bug; the operator who must kill the process sees where each unfinished task is."""
+    for task in tasks:
+        if not task.done():
+            where = io.StringIO()
+            task.print_stack(limit=12, file=where)
+            log.warning("stopping for %g s, still waiting for %s", STOP_WARNING_SECONDS, where.getvalue().rstrip())
