@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 # Local OpenAI-compatible servers take any key; the SDKs insist on one.
 _ANY_KEY = "not-needed"
+# The last Anthropic Messages API version that takes `temperature`.
+_SAMPLING_API_VERSION = "2023-06-01"
 
 
 class ModelRegistry:
@@ -114,10 +116,6 @@ class ModelRegistry:
         return AnthropicModel(
             profile.model, provider=AnthropicProvider(anthropic_client=client), settings=_model_settings(profile)
         )
-
-
-# The last Messages API version that takes `temperature`.
-_SAMPLING_API_VERSION = "2023-06-01"
 
 
 def _api_key(profile: ModelProfile, usual: str, hint: str) -> str:
