@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NamedTuple
 
@@ -16,7 +15,7 @@ from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, GradeIn, parse_body
 from api.tasks import json_body
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
-from core.db import commits_alone, in_a_transaction_again
+from core.db import Database, commits_alone, in_a_transaction_again
 from core.models import CHECKPOINTS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
 from core.web.services import db_session, services
@@ -25,9 +24,9 @@ from review import (
     DecisionError,
     DecisionRecord,
     InvalidInput,
-    NotDecidedAlone,
     NotReviewer,
     UnknownCheckpoint,
+    approve_alone,
     decide,
 )
 from review.access import decider_rule, may_decide
@@ -109,8 +108,6 @@ class _Deciding(NamedTuple):
 
 # decision, comment, editedArgs, rating, labels
 _Answer = tuple[Literal["approve", "reject"], str, dict[str, Any] | None, int | None, list[str] | None]
-# `review.decide` with all but `attempt` and `execution_id` given (`_deciding`).
-_Decide = Callable[..., Awaitable[DecisionRecord]]
 
 
 # The attempt a plain approval is first tried at (`first_attempt_alone`): most checkpoints are approved at their first.
@@ -128,15 +125,13 @@ async def _decide(
     then, so that someone who may not see the execution learns nothing from a 422).
 
     With `first_attempt_alone`, where statements commit by themselves, a plain approval is first tried at
-    FIRST_ATTEMPT as the decision's one statement (review.decide; decision_statements.APPROVED_ALONE), before
-    anything is read: it writes only if the caller may decide that attempt of this checkpoint of this execution
-    now. Anything else writes nothing and goes the usual way, which reads who may decide and which attempt waits,
-    and answers precisely (issue 25: one round trip where there were two)."""
+    FIRST_ATTEMPT as the decision's one statement (review.approve_alone), before anything is read and without
+    the request's session: it writes only if the caller may decide that attempt of this checkpoint of this
+    execution now. Anything else writes nothing and goes the usual way, which reads who may decide and which
+    attempt waits, and answers precisely (issue 25: one round trip where there were two)."""
     caller = current_caller()
-    session = db_session()
-    # Where the database can, the statements below commit by themselves: no BEGIN and no COMMIT (issue 25).
-    # Anything else goes back to a transaction below.
-    alone = await commits_alone(session)
+    db = services().db
+    alone = db.backend.writes_alone
     answer: _Answer | None = None
     refused_body: ApiError | None = None
     if alone and first_attempt_alone:
@@ -147,10 +142,13 @@ async def _decide(
         if answer is not None:
             # Refused (a grade out of range), it wrote nothing: the usual way tells why, once it may.
             with contextlib.suppress(DecisionError):
-                deciding = _deciding(session, checkpoint_id, caller.email, answer)
-                record = await _decided_alone(session, deciding, FIRST_ATTEMPT, execution_id)
+                record = await _approved_alone(db, execution_id, checkpoint_id, FIRST_ATTEMPT, caller.email, answer)
                 if record is not None:
                     return _decided(execution_id, checkpoint_id, record)
+    session = db_session()
+    # Where the database can, the read below commits by itself: no BEGIN and no COMMIT (issue 25). A decision
+    # taken in the session goes back to a transaction first.
+    alone = alone and await commits_alone(session)
     # One Core statement for the execution, this checkpoint of it and the rule (issue 25: each was a statement).
     parameters = {"execution_id": execution_id, "checkpoint_id": checkpoint_id, "by": caller.email}
     rows = await run_direct(session, lambda cursor: cursor.execute(_DECIDING, parameters))
@@ -175,13 +173,16 @@ async def _decide(
         )
     if refused_body is not None:
         raise refused_body
-    deciding = _deciding(session, checkpoint_id, caller.email, answer if answer is not None else await read())
+    if answer is None:
+        answer = await read()
     try:
-        record = await _decided_alone(session, deciding, found.attempt, execution_id) if alone else None
+        record = None
+        if alone and found.attempt is not None:
+            record = await _approved_alone(db, execution_id, checkpoint_id, found.attempt, caller.email, answer)
         if record is None:
             if alone:
                 await in_a_transaction_again(session)
-            record = await deciding()
+            record = await _decided_in(session, checkpoint_id, caller.email, answer)
     except InvalidInput as exc:
         # A reject without a comment, an edit of a rejection, an argument the tool would refuse: the field named.
         field = exc.pointer.lstrip("/").replace("/", ".")
@@ -207,12 +208,10 @@ async def _decide(
     return _decided(execution_id, checkpoint_id, record)
 
 
-def _deciding(session: AsyncSession, checkpoint_id: str, by: str, answer: _Answer) -> _Decide:
-    """`review.decide` with the caller's answer, over the API; the caller may still name the attempt and the
-    execution (a decision alone)."""
+async def _decided_in(session: AsyncSession, checkpoint_id: str, by: str, answer: _Answer) -> DecisionRecord:
+    """`review.decide` with the caller's answer, over the API, in the request's transaction."""
     decision, comment, edited_args, rating, labels = answer
-    return functools.partial(
-        decide,
+    return await decide(
         session,
         checkpoint_id,
         decision,
@@ -226,19 +225,26 @@ def _deciding(session: AsyncSession, checkpoint_id: str, by: str, answer: _Answe
     )
 
 
-async def _decided_alone(
-    session: AsyncSession, deciding: _Decide, attempt: int | None, execution_id: str
+async def _approved_alone(
+    db: Database, execution_id: str, checkpoint_id: str, attempt: int, by: str, answer: _Answer
 ) -> DecisionRecord | None:
-    """The decision of `attempt` as one statement that commits by itself (`review.decide` given the execution), or
-    None, with nothing written, where it was not taken (NotDecidedAlone)."""
-    try:
-        record = await deciding(attempt=attempt, execution_id=execution_id)
-    except NotDecidedAlone:
-        return None
-    # Its statement committed by itself: the wake-up goes out now, and the worker goes on while the answer is
-    # built, not after it at the request's commit point.
-    await services().db.commit(session)
-    return record
+    """The caller's answer as one statement committing by itself, when it is a plain approval of `attempt`
+    (`review.approve_alone`); None, with nothing written, where it was not taken."""
+    decision, comment, edited_args, rating, labels = answer
+    return await approve_alone(
+        db,
+        execution_id,
+        checkpoint_id,
+        attempt,
+        decision,
+        by=by,
+        via=Channel.API,
+        comment=comment,
+        remote_addr=request.remote_addr,
+        edited_args=edited_args,
+        rating=rating,
+        labels=labels,
+    )
 
 
 def _decided(execution_id: str, checkpoint_id: str, record: DecisionRecord) -> tuple[dict[str, Any], int]:

@@ -142,6 +142,9 @@ class Alone:
 
     connection: AsyncConnection
     backend: Backend
+    # Whether ended runs and decided reviews queue their spans for export (`Database.traces`): a statement alone
+    # writes nothing else, so such an event is not written alone.
+    traces: bool = False
     info: dict[str, Any] = field(default_factory=dict)
 
 
@@ -321,7 +324,7 @@ class Database:
             kept = _KEPT.get()
             if kept is not None and kept.db is self and kept.task is asyncio.current_task():
                 connection = await kept.take()
-                alone = Alone(connection, self.backend)
+                alone = Alone(connection, self.backend, self.traces)
                 try:
                     yield alone
                 except BaseException:
@@ -331,7 +334,7 @@ class Database:
                 kept.used()
             else:
                 async with self._autocommit.connect() as connection:
-                    alone = Alone(connection, self.backend)
+                    alone = Alone(connection, self.backend, self.traces)
                     yield alone
             await self._news_out(alone.info.pop(_EVENTS, []), alone.info.pop(_PENDING, []))
 

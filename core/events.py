@@ -323,25 +323,41 @@ async def append_events_alone(
     companions: Sequence[Companion] = (),
 ) -> list[AddedEvent] | None:
     """`append_events` as one statement that commits by itself, outside any session, where the backend writes that
-    way (`Database.alone`: RuntimeError elsewhere). What the events call for is published after it.
+    way (`Database.alone`: RuntimeError elsewhere). What the events call for is published after it."""
+    async with db.alone() as alone:
+        appended = await append_alone_returning(
+            alone, execution_id, items, allocation=allocation, parameters=parameters, companions=companions
+        )
+        return None if appended is None else appended[0]
+
+
+async def append_alone_returning(
+    alone: Alone,
+    execution_id: str,
+    items: Sequence[p.TypedEvent],
+    *,
+    allocation: DirectStatement,
+    parameters: dict[str, Any],
+    companions: Sequence[Companion] = (),
+) -> tuple[list[AddedEvent], tuple[Any, ...]] | None:
+    """`append_events_alone` on the connection of a `Database.alone` block, with what the allocation returned after
+    its own columns (`append_events_returning`); what the events call for goes out when the block ends.
 
     Nothing else can be written with it: the caller makes sure that none of `items` calls for a webhook or a trace
     export (`allocation` matching no row where one would be due: `QUIET`, with the traces off). One that does
     anyway raises, as a fault of the caller's, after the statement committed."""
     bound = {"execution_id": execution_id, "count": len(items), **parameters}
-    async with db.alone() as alone:
-        written = await alone.backend.append_events_alone(
-            alone.connection, execution_id, items, allocation, bound, companions
-        )
-        if written is None:
-            return None
-        events = [AddedEvent(**row) for row in written.rows]
-        for event in events:
-            if event.type in WEBHOOK_EVENT_TYPES:
-                if db.traces or not quiet(_hint(written)):
-                    raise RuntimeError(f"{execution_id}: events committed alone call for a webhook or a trace export")
-                suite_slot_freed(alone, event.type, written.suite_id)
-        return _queue(alone, events)
+    backend, connection = alone.backend, alone.connection
+    written = await backend.append_events_alone(connection, execution_id, items, allocation, bound, companions)
+    if written is None:
+        return None
+    events = [AddedEvent(**row) for row in written.rows]
+    for event in events:
+        if event.type in WEBHOOK_EVENT_TYPES:
+            if alone.traces or not quiet(_hint(written)):
+                raise RuntimeError(f"{execution_id}: events committed alone call for a webhook or a trace export")
+            suite_slot_freed(alone, event.type, written.suite_id)
+    return _queue(alone, events), written.more
 
 
 def _hint(written: Appended) -> WebhookHint:

@@ -1,4 +1,5 @@
-"""Everything a reviewer touches; `review.decide` is the one way a checkpoint gets decided."""
+"""Everything a reviewer touches; `review.decide` is the one way a checkpoint gets decided
+(`review.approve_alone`: its one-statement form for a plain approval)."""
 
 from review.decision_errors import (
     AlreadyDecided,
@@ -10,7 +11,7 @@ from review.decision_errors import (
     UnknownCheckpoint,
 )
 from review.decision_records import DecisionRecord
-from review.decisions import NotDecidedAlone, decide
+from review.decisions import approve_alone, decide
 
 __all__ = [
     "AlreadyDecided",
@@ -19,8 +20,8 @@ __all__ = [
     "ExecutionNotWaiting",
     "InvalidInput",
     "NotAwaitingReview",
-    "NotDecidedAlone",
     "NotReviewer",
     "UnknownCheckpoint",
+    "approve_alone",
     "decide",
 ]

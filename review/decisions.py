@@ -6,12 +6,13 @@ from datetime import datetime
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core._sqlalchemy_shortcuts import run_direct
 from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
-from core.db import committing_alone, publish_after_commit
+from core.db import Alone, Database, publish_after_commit
 from core.event_payloads import (
     CheckpointDecided,
     CheckpointRevisionRequested,
@@ -19,11 +20,10 @@ from core.event_payloads import (
     ExecutionRejected,
     TypedEvent,
 )
-from core.events import AddedEvent, append_events_returning
+from core.events import AddedEvent, append_alone_returning, append_events_returning
 from core.ids import new_id
 from core.models import CHECKPOINTS, DECISIONS, Checkpoint, Execution, utcnow
 from core.run_entry import Resume, entry_of
-from core.trace_outbox import traces_on
 from core.vocabulary import CHANNELS, FINAL, PERSON_CHANNELS, Channel, CheckpointOrigin, EventType
 from review.decision_errors import (
     AlreadyDecided,
@@ -92,7 +92,6 @@ async def decide(
     comment: str = "",
     remote_addr: str | None = None,
     attempt: int | None = None,
-    execution_id: str | None = None,
     edited_args: dict[str, Any] | None = None,
     rating: Any = None,
     labels: Any = None,
@@ -123,12 +122,7 @@ async def decide(
     is answered the same way, approve = pass and reject = fail (no comment required), and its answer records
     the run's verdict (review/grading.py) instead of moving the execution.
 
-    Given `execution_id`, in a session whose statements commit by themselves (core.db.commits_alone), a person's
-    plain approval (no edits) of the `attempt` they were shown, of that execution's checkpoint, is one statement
-    (decision_statements.APPROVED_ALONE): no BEGIN, no COMMIT and no compare-and-set of its own. Anything else, and
-    an approval that statement does not take (for whatever reason: it writes nothing then), raises
-    NotDecidedAlone: the caller goes back to a transaction (core.db.in_a_transaction_again) and decides as usual,
-    which gives the answer's precise reason.
+    A person's plain approval may first be tried as one statement outside any session (`approve_alone`).
     """
     if decision not in ("approve", "reject", "cancel"):
         raise DecisionError(f"decision must be 'approve' or 'reject', not {decision!r}")
@@ -137,13 +131,6 @@ async def decide(
     if via not in CHANNELS:
         raise DecisionError(f"unknown channel {via!r}")
     rating, labels = checked_grade(rating, labels)
-    if execution_id is not None and await committing_alone(session):
-        if attempt is None:
-            raise ValueError("a decision alone answers a known attempt")
-        if not (via in PERSON_CHANNELS and decision == "approve" and edited_args is None and not traces_on(session)):
-            raise NotDecidedAlone(checkpoint_id)
-        return await _approved_alone(session, execution_id, checkpoint_id, attempt, by, via, comment, remote_addr,
-                                     rating, labels)
     from_status = "pending" if via == "auto" else "awaiting_review"
     new_status = {"approve": "approved", "reject": "rejected", "cancel": "rejected"}[decision]
     if via == "auto":
@@ -229,7 +216,7 @@ async def decide(
             .values(status="pending", attempt=current_attempt + 1)
         )
     if end_status == "running":
-        _wake(session, execution_id, added if resuming else None)
+        _wake(session, session.get_bind().dialect, execution_id, added if resuming else None)
     if grading:
         await grade_given(session, execution_id, record)
     return record
@@ -262,36 +249,46 @@ def _outcome_events(
     return []
 
 
-class NotDecidedAlone(Exception):
-    """A decision in a session whose statements commit by themselves was not taken: it is not a person's plain
-    approval, or its one statement matched nothing. Nothing was written; decide in a transaction."""
-
-
-async def _approved_alone(
-    session: AsyncSession,
+async def approve_alone(
+    db: Database,
     execution_id: str,
     checkpoint_id: str,
     attempt: int,
+    decision: Outcome,
+    *,
     by: str,
     via: Channel,
-    comment: str,
-    remote_addr: str | None,
-    rating: int | None,
-    labels: list[str] | None,
-) -> DecisionRecord:
-    """A person's plain approval as one statement (`decide`; decision_statements.APPROVED_ALONE)."""
+    comment: str = "",
+    remote_addr: str | None = None,
+    edited_args: dict[str, Any] | None = None,
+    rating: Any = None,
+    labels: Any = None,
+) -> DecisionRecord | None:
+    """`decide` for a person's plain approval (no edits) of the `attempt` they were shown, of that execution's
+    checkpoint, as one statement that commits by itself outside any session, where the database writes that way
+    and no spans are exported (decision_statements.APPROVED_ALONE: no session, no BEGIN, no COMMIT and no
+    compare-and-set of its own, issue 25). The statement writes only where `by` may decide that attempt now.
+
+    None, with nothing written, where it is not taken, whatever the reason: `decide` in a transaction then gives
+    the answer's precise reason. InvalidInput, with nothing written, for a grade out of range."""
+    if not (via in PERSON_CHANNELS and decision == "approve" and edited_args is None):
+        return None
+    if not db.backend.writes_alone or db.traces:
+        return None
+    rating, labels = checked_grade(rating, labels)
     record, row, events = _answered(
         execution_id, checkpoint_id, attempt, "approve", by, via, comment, remote_addr, utcnow(), None, None,
         rating, labels,
     )
     parameters = {"by": by, "checkpoint_id": checkpoint_id, "attempt": attempt}
-    added = await append_events_returning(
-        session, execution_id, events, allocation=APPROVED_ALONE, parameters=parameters,
-        companions=[Companion(DECISIONS, row)],
-    )
-    if added is None:
-        raise NotDecidedAlone(checkpoint_id)
-    _wake(session, execution_id, added)
+    async with db.alone() as alone:
+        added = await append_alone_returning(
+            alone, execution_id, events, allocation=APPROVED_ALONE, parameters=parameters,
+            companions=[Companion(DECISIONS, row)],
+        )
+        if added is None:
+            return None
+        _wake(alone, alone.connection.dialect, execution_id, added)
     return record
 
 
@@ -346,7 +343,10 @@ def _answered(
 
 
 def _wake(
-    session: AsyncSession, execution_id: str, resumed: tuple[list[AddedEvent], tuple[Any, ...]] | None
+    session: AsyncSession | Alone,
+    dialect: Dialect,
+    execution_id: str,
+    resumed: tuple[list[AddedEvent], tuple[Any, ...]] | None,
 ) -> None:
     """After the commit, the wake-up of a run let go on; with what the statement that `resumed` it returned
     (`RESUMING`), the run as it left it, for the worker to take over with its first step."""
@@ -354,6 +354,5 @@ def _wake(
     if resumed is not None:
         added, more = resumed
         epoch, *entry = more
-        dialect = session.get_bind().dialect
         wake["resume"] = Resume(epoch, added[-1].seq, entry_of(dialect, execution_id, tuple(entry))).as_json()
     publish_after_commit(session, WAKE_CHANNEL, wake)
