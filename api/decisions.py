@@ -8,14 +8,13 @@ from typing import Any, Literal, NamedTuple
 
 import sqlalchemy as sa
 from quart import Blueprint, request
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from api.auth import current_caller, require_scope
 from api.problems import ApiError, not_found
 from api.schemas import DecisionIn, GradeIn, parse_body
 from api.tasks import json_body
 from core._sqlalchemy_shortcuts import DirectStatement, run_direct
-from core.db import Database, commits_alone, in_a_transaction_again
+from core.db import commits_alone, in_a_transaction_again
 from core.models import CHECKPOINTS, EXECUTIONS, Checkpoint, Execution, utcnow
 from core.vocabulary import Channel, CheckpointOrigin
 from core.web.services import db_session, services
@@ -142,7 +141,8 @@ async def _decide(
         if answer is not None:
             # Refused (a grade out of range), it wrote nothing: the usual way tells why, once it may.
             with contextlib.suppress(DecisionError):
-                record = await _approved_alone(db, execution_id, checkpoint_id, FIRST_ATTEMPT, caller.email, answer)
+                decided = _as_decided(answer, caller.email)
+                record = await approve_alone(db, execution_id, checkpoint_id, FIRST_ATTEMPT, **decided)
                 if record is not None:
                     return _decided(execution_id, checkpoint_id, record)
     session = db_session()
@@ -176,13 +176,14 @@ async def _decide(
     if answer is None:
         answer = await read()
     try:
+        decided = _as_decided(answer, caller.email)
         record = None
         if alone and found.attempt is not None:
-            record = await _approved_alone(db, execution_id, checkpoint_id, found.attempt, caller.email, answer)
+            record = await approve_alone(db, execution_id, checkpoint_id, found.attempt, **decided)
         if record is None:
             if alone:
                 await in_a_transaction_again(session)
-            record = await _decided_in(session, checkpoint_id, caller.email, answer)
+            record = await decide(session, checkpoint_id, **decided)
     except InvalidInput as exc:
         # A reject without a comment, an edit of a rejection, an argument the tool would refuse: the field named.
         field = exc.pointer.lstrip("/").replace("/", ".")
@@ -208,43 +209,19 @@ async def _decide(
     return _decided(execution_id, checkpoint_id, record)
 
 
-async def _decided_in(session: AsyncSession, checkpoint_id: str, by: str, answer: _Answer) -> DecisionRecord:
-    """`review.decide` with the caller's answer, over the API, in the request's transaction."""
+def _as_decided(answer: _Answer, by: str) -> dict[str, Any]:
+    """The caller's answer, over the API, as `review.decide` and `review.approve_alone` take it."""
     decision, comment, edited_args, rating, labels = answer
-    return await decide(
-        session,
-        checkpoint_id,
-        decision,
-        by=by,
-        via=Channel.API,
-        comment=comment,
-        remote_addr=request.remote_addr,
-        edited_args=edited_args,
-        rating=rating,
-        labels=labels,
-    )
-
-
-async def _approved_alone(
-    db: Database, execution_id: str, checkpoint_id: str, attempt: int, by: str, answer: _Answer
-) -> DecisionRecord | None:
-    """The caller's answer as one statement committing by itself, when it is a plain approval of `attempt`
-    (`review.approve_alone`); None, with nothing written, where it was not taken."""
-    decision, comment, edited_args, rating, labels = answer
-    return await approve_alone(
-        db,
-        execution_id,
-        checkpoint_id,
-        attempt,
-        decision,
-        by=by,
-        via=Channel.API,
-        comment=comment,
-        remote_addr=request.remote_addr,
-        edited_args=edited_args,
-        rating=rating,
-        labels=labels,
-    )
+    return {
+        "decision": decision,
+        "by": by,
+        "via": Channel.API,
+        "comment": comment,
+        "remote_addr": request.remote_addr,
+        "edited_args": edited_args,
+        "rating": rating,
+        "labels": labels,
+    }
 
 
 def _decided(execution_id: str, checkpoint_id: str, record: DecisionRecord) -> tuple[dict[str, Any], int]:
