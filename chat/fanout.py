@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import socketio
 
 from chat._socketio_shortcuts import InTurnDelivery, RedisInTurnDelivery, pubsub_emit, room_channel
+from core import jsontext
 from core.bus import SentInOrder
 from core.redis_bus import RedisPublisher
 from core.vocabulary import ENDING_EVENTS, EventType
@@ -133,7 +134,7 @@ class QueuedRoomSink:
             rooms.append(LISTS_HEARD)
         for room in rooms:
             published = pubsub_emit(self._manager, name, NAMESPACE, room, message)
-            self._publisher.publish(room_channel(self._manager.channel, room), self._manager.json.dumps(published))
+            self._publisher.publish(room_channel(self._manager.channel, room), jsontext.dumps(published))
 
     async def _emit(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
         for name, message in batch:

@@ -15,6 +15,7 @@ from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from core import jsontext
 from core.backends import BACKEND, backend_for, backend_of
 from core.backends.base import Backend
 from core.bus import Bus, SentInOrder
@@ -56,6 +57,8 @@ _News = tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    # JSON columns written and read through orjson (core/jsontext.py).
+    kwargs = {"json_serializer": jsontext.dumps, "json_deserializer": jsontext.loads, **kwargs}
     if url.startswith("sqlite"):
         return make_sqlite_engine(url, **kwargs)
     # Last in, first out: at the usual concurrency the same few connections serve every request, their

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -18,6 +17,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from core import jsontext
 from core.bus import Listening, LocalListener, MessageListener, SentInOrder, Subscription, notify_listeners
 from core.reconnect import Reconnecting
 from core.redis_calls import REDIS_ANSWER_SECONDS, OrderedCalls
@@ -48,7 +48,7 @@ class _RedisSubscription:
                 channel = raw["channel"]
                 waiting.discard(channel.decode() if isinstance(channel, bytes) else channel)
             elif raw["type"] == "message":
-                self._early.append(json.loads(raw["data"]))
+                self._early.append(jsontext.loads(raw["data"]))
 
     async def get(self, timeout: float | None = None) -> dict[str, Any] | None:
         if self._early:
@@ -59,7 +59,7 @@ class _RedisSubscription:
             remaining = None if deadline is None else max(0.0, deadline - loop.time())
             raw = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=remaining)
             if raw is not None:
-                decoded: dict[str, Any] = json.loads(raw["data"])
+                decoded: dict[str, Any] = jsontext.loads(raw["data"])
                 return decoded
             if deadline is not None and loop.time() >= deadline:
                 return None
@@ -164,7 +164,7 @@ class RedisBus:
         """Heard in this process before this returns, and on its way to Redis (`RedisPublisher`)."""
         # Other processes hear it through Redis (and this one a second time, harmlessly).
         notify_listeners(self._listeners, channel, message)
-        self._publisher.publish(channel, json.dumps(message, separators=(",", ":")))
+        self._publisher.publish(channel, jsontext.dumps(message))
 
     async def flush(self) -> None:
         await self._publisher.flush()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
 from typing import Any
@@ -16,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from core import jsontext
 from core.beats import seconds_to_beat
 from core.bus import LocalListener
 from core.reconnect import Reconnecting
@@ -135,7 +135,7 @@ class RedisListening:
 
     def _deliver(self, message: dict[str, Any]) -> None:
         try:
-            channel, decoded = message["channel"].decode(), json.loads(message["data"])
+            channel, decoded = message["channel"].decode(), jsontext.loads(message["data"])
         except ValueError:  # not UTF-8, or not JSON: not one of ours
             log.warning("bus listener: a message on %r is not JSON", message["channel"])
             return
