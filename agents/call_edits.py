@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import CHECKPOINTS, DECISIONS, ToolCall
+from core.run_entry import OpenCall
 
 _EDITS_APPROVED = (
     sa.select(DECISIONS.c.edited_args)
@@ -62,7 +63,7 @@ async def take_edits(session: AsyncSession, call: ToolCall) -> None:
         await session.flush()
 
 
-def edit_note(call: ToolCall) -> dict[str, Any]:
+def edit_note(call: ToolCall | OpenCall) -> dict[str, Any]:
     """What the agent is told when it ran with a reviewer's edits: which arguments changed, from what to what."""
     if call.proposed_args is None:
         return {}

@@ -19,7 +19,7 @@ from core.errors import ExecutionFailed, FailureCode
 from core.event_payloads import AgentMessage, TypedEvent
 from core.events import append_event
 from core.models import TOOL_CALLS, Checkpoint, ToolCall
-from core.run_entry import StepCall
+from core.run_entry import OpenCall, StepCall
 from core.vocabulary import EventType
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ class OfflineDriver:
         return True
 
     async def _begun_step(
-        self, session: AsyncSession | None, state: dict[str, Any], cursor: int, call: ToolCall
+        self, session: AsyncSession | None, state: dict[str, Any], cursor: int, call: ToolCall | OpenCall
     ) -> bool:
         """The step of `call`, on record and let through, working only in our database: its record (and, the last
         step, the run's end) in `session`, or committing by itself. False once the run ended."""
@@ -213,14 +213,16 @@ class OfflineDriver:
         """The step's call if one was opened (at its checkpoint, or by a worker that died), with the edits of its
         approval taken: as `claimed` (what the claim found at this turn's step) has it, else read."""
         if claimed is not None and claimed.cursor == cursor:
-            return claimed.call
+            return None if claimed.call is None else claimed.call.as_orm()
         return await call_edits.call_of_step(session, self.execution_id, cursor)
 
-    def _in_place(self, call: ToolCall) -> bool:
+    def _in_place(self, call: ToolCall | OpenCall) -> bool:
         """Whether `call` needs no gate and works only in our database: nothing to write before its record."""
         return not TOOLS[call.tool].performs_outside and tool_calls.ungated(call, self.mode)
 
-    def _ending(self, session: AsyncSession | None, state: dict[str, Any], call: ToolCall) -> tool_calls.EndingOf:
+    def _ending(
+        self, session: AsyncSession | None, state: dict[str, Any], call: ToolCall | OpenCall
+    ) -> tool_calls.EndingOf:
         """The run's end, written with the step of `call` when that is the plan's last and nothing stands in the
         way: not a failed step, not a budget used up, not a checkpoint still to pass (the statement itself looks
         for that one). The next turn would otherwise meet the end in a transaction of its own (issue 25: the step

@@ -29,6 +29,7 @@ from core.event_payloads import ExecutionClaimed, ToolCallPayload, ToolResult, T
 from core.events import AddedEvent, Companion, append_event, append_events, append_events_alone
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
+from core.run_entry import OpenCall
 from core.vocabulary import Channel, EventType
 from review import decide
 
@@ -130,7 +131,7 @@ async def open_call(
     return call
 
 
-def ungated(call: ToolCall, mode: RunMode) -> bool:
+def ungated(call: ToolCall | OpenCall, mode: RunMode) -> bool:
     """Whether `gate` lets the call through without a checkpoint to look at (it reads and writes nothing then)."""
     tool = TOOLS[call.tool]
     if not mode.gate_actions or not tool.acts_on_world or side_effect_of(call.tool, call.args) is None:
@@ -186,7 +187,7 @@ async def run_begun_in_place(
     runner: ExecutionRunner,
     session: AsyncSession | None,
     state: dict[str, Any],
-    call: ToolCall,
+    call: ToolCall | OpenCall,
     after: Callable[[dict[str, Any]], None],
     ending: EndingOf | None = None,
 ) -> bool:
@@ -206,7 +207,7 @@ async def run_begun_in_place(
     return (await _finish(runner, session, state, call, performed, after, write, ending))[1]
 
 
-async def _perform(runner: ExecutionRunner, tool: Tool, call: ToolCall) -> tuple[Any, str | None]:
+async def _perform(runner: ExecutionRunner, tool: Tool, call: ToolCall | OpenCall) -> tuple[Any, str | None]:
     """The tool's outcome, or the error it failed with."""
     try:
         return await tool.perform(runner.settings, call.args, call.started_at), None
@@ -218,7 +219,7 @@ async def _finish(
     runner: ExecutionRunner,
     session: AsyncSession | None,
     state: dict[str, Any],
-    call: ToolCall,
+    call: ToolCall | OpenCall,
     performed: tuple[Any, str | None, float],
     after: Callable[[dict[str, Any]], None],
     write: SingleWrite | None = None,

@@ -20,13 +20,44 @@ from core.model_profiles import OFFLINE
 from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, TOOL_CALLS, ToolCall
 
 
+@dataclass(frozen=True, slots=True)
+class OpenCall:
+    """A tool call on record and not finished, as the statement that let its run go on found it. Plain values: an ORM
+    `ToolCall` took a tenth of a millisecond to make, in the web process, for the wake-up alone (issue 25). `as_orm`
+    for a transaction that works on the call."""
+
+    id: str
+    execution_id: str
+    step_index: int
+    tool: str
+    args: dict[str, Any]
+    provider_call_id: str | None
+    proposed_args: dict[str, Any] | None
+    status: str
+    started_at: datetime
+
+    def as_orm(self) -> ToolCall:
+        # Not loaded into any session: the runner's statements write the call's row (agents/tool_calls.py).
+        return ToolCall(
+            id=self.id,
+            execution_id=self.execution_id,
+            step_index=self.step_index,
+            tool=self.tool,
+            args=self.args,
+            provider_call_id=self.provider_call_id,
+            proposed_args=self.proposed_args,
+            status=self.status,
+            started_at=self.started_at,
+        )
+
+
 @dataclass(frozen=True)
 class StepCall:
     """The call opened for the step at the offline agent's cursor (at its checkpoint, or by a worker that died), as
     the claim found it: `call` is None when the step has none yet."""
 
     cursor: int
-    call: ToolCall | None
+    call: OpenCall | None
 
 
 @dataclass(frozen=True)
@@ -77,6 +108,7 @@ _AT_CURSOR = (
 # The call opened for that step, if any: after an approval, the call it let through. A scalar subquery per column:
 # SQLite's UPDATE … RETURNING can join nothing, and each is one lookup in the (execution_id, step_index) key. A call
 # at the cursor is never finished (its record saves the step's progress with it): no result, error or finish time.
+# In the order `entry_of` reads them.
 _STEP_CALL_COLUMNS = (
     TOOL_CALLS.c.id,
     TOOL_CALLS.c.tool,
@@ -136,9 +168,10 @@ def entry_of(dialect: Dialect, execution_id: str, raw: tuple[Any, ...]) -> Entry
     if isinstance(cursor, int) and not edited:
         found = None
         if call[0] is not None:
-            # Not loaded into any session: the runner's statements write the call's row (agents/tool_calls.py).
-            values = {column.key: value for column, value in zip(_STEP_CALL_COLUMNS, call, strict=True)}
-            found = ToolCall(execution_id=execution_id, step_index=cursor, **values)
+            call_id, tool, args, provider_call_id, proposed_args, status, started_at = call
+            found = OpenCall(
+                call_id, execution_id, cursor, tool, args, provider_call_id, proposed_args, status, started_at
+            )
         step_call = StepCall(cursor, found)
     return Entry(state, None if plan is None else list(plan), test_mode, bool(auto), int(caller_pending), step_call)
 
@@ -190,16 +223,16 @@ class Resume:
                 found = data["call"]
                 call = None
                 if found is not None:
-                    call = ToolCall(
-                        id=found["id"],
-                        execution_id=execution_id,
-                        step_index=cursor,
-                        tool=found["tool"],
-                        args=found["args"],
-                        provider_call_id=found["providerCallId"],
-                        proposed_args=found["proposedArgs"],
-                        status=found["status"],
-                        started_at=datetime.fromisoformat(found["startedAt"]),
+                    call = OpenCall(
+                        found["id"],
+                        execution_id,
+                        cursor,
+                        found["tool"],
+                        found["args"],
+                        found["providerCallId"],
+                        found["proposedArgs"],
+                        found["status"],
+                        datetime.fromisoformat(found["startedAt"]),
                     )
                 step = StepCall(cursor, call)
             state, plan = data["state"], data["plan"]
