@@ -108,8 +108,8 @@ class QueuedRoomSink:
     process's manager delivers it as its own: on the room's channel, which only the processes watching the room
     hear, and, for an event that moves the execution between lists, on LISTS_HEARD's too, which those with a list
     open hear. All leave on one connection in the order put, and reach each subscriber in that order. With `local`, this
-    process's own rooms with someone in them are served too, in order, from a task of its own, as `emit` does (the
-    manager skips its own messages when they come back from Redis): a commit does not wait for a room's fan-out either.
+    process's own rooms are served too, in order, from a task of its own, as `emit` does (the manager skips its own
+    messages when they come back from Redis): a commit does not wait for a room's fan-out either.
     """
 
     def __init__(self, manager: socketio.AsyncPubSubManager, publisher: RedisPublisher, *, local: bool) -> None:
@@ -127,12 +127,9 @@ class QueuedRoomSink:
         self._send(DELTA, message)
 
     def _send(self, name: str, message: dict[str, Any]) -> None:
-        room = room_of(message["executionId"])
-        # Only to a room someone here is in: one who joins later has the event from the replay that follows the
-        # join (chat/socket.py), as it is committed by now. Most runs are watched by nobody (issue 25).
-        if self._local is not None and room in self._manager.rooms.get(NAMESPACE, ()):
+        if self._local is not None:
             self._local.put((name, message))
-        rooms = [room]
+        rooms = [room_of(message["executionId"])]
         if name == EVENT and message.get("type") in MOVES_BETWEEN_LISTS:
             rooms.append(LISTS_HEARD)
         for room in rooms:
