@@ -1,6 +1,8 @@
 """Claiming runnable executions with leases.
 
-Runnable: `queued`, or `running` with no live lease (just approved, or its worker died).
+Runnable: `queued`, or `running` with no live lease (just approved, or its worker died). A run just approved is kept
+for the worker its wake-up reaches for a moment (core/run_entry.py WAKE_UP_WINDOW): only a claim naming it takes it
+then; a search passes it by.
 How two workers never claim the same row is the backend's (core/backends: PostgreSQL skips rows another
 worker is claiming; SQLite serialises writers with BEGIN IMMEDIATE, so a single UPDATE … RETURNING is atomic).
 """
@@ -121,7 +123,7 @@ def fenced_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectSt
         "lease_until": sa.bindparam("renewed_until"),
     }
     _TAKING_OVER[fenced] = seq_allocation(
-        *_runnable(),
+        *_runnable(named=True),
         columns.lease_epoch == sa.bindparam("seen_epoch", type_=sa.Integer()),
         columns.last_seq == sa.bindparam("seen_seq", type_=sa.Integer()),
         *where,
@@ -139,21 +141,28 @@ def taking_over(allocation: DirectStatement, claim: Claim) -> tuple[DirectStatem
     return _TAKING_OVER[allocation], {"seen_epoch": resume.epoch, "seen_seq": resume.seq, "now": utcnow()}
 
 
-def _runnable() -> tuple[sa.ColumnElement[bool], ...]:
+def _runnable(*, named: bool) -> tuple[sa.ColumnElement[bool], ...]:
+    """Runnable, for a claim that searches or, `named`, for one that names the execution (a wake-up's): that one
+    also takes a run kept for its wake-up, whose lease no worker holds (core/run_entry.py WAKE_UP_WINDOW)."""
     columns = EXECUTIONS.c
+    free = [columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())]
+    if named:
+        free.append(columns.worker_id.is_(None))
     return (
         one_of(columns.status, RUNNABLE),
         # The caller's own agent drives an external execution over REST: no worker ever runs it.
         columns.agent_model != EXTERNAL,
-        sa.or_(columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())),
+        sa.or_(*free),
     )
 
 
 # Built once (every run starts with a claim): by id, and the oldest runnable, which the backend may let skip past
 # rows another worker is claiming. PostgreSQL re-checks a claim by id once a concurrent claim's row lock is
 # released. Sent straight to the driver (core/_sqlalchemy_shortcuts.py).
-_CLAIM_BY_ID = DirectStatement(_claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable())))
-_OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable()).order_by(EXECUTIONS.c.created_at).limit(1)
+_CLAIM_BY_ID = DirectStatement(
+    _claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable(named=True)))
+)
+_OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable(named=False)).order_by(EXECUTIONS.c.created_at).limit(1)
 
 
 @functools.cache

@@ -88,7 +88,11 @@ async def _database_families(session: Any) -> list[Metric]:
     queued = await session.scalar(
         sa.select(sa.func.count())
         .select_from(Execution)
-        .where(Execution.status.in_(RUNNABLE), sa.or_(Execution.lease_until.is_(None), Execution.lease_until < now))
+        .where(
+            Execution.status.in_(RUNNABLE),
+            # A run kept for its wake-up (core/run_entry.py WAKE_UP_WINDOW) has a lease that no worker holds.
+            sa.or_(Execution.lease_until.is_(None), Execution.lease_until < now, Execution.worker_id.is_(None)),
+        )
         .where(Execution.agent_model != EXTERNAL)  # the caller's own agent runs these: no worker will
     )
     queue = GaugeMetricFamily("vouch_queue_depth", "Runnable executions no worker holds a lease on.")

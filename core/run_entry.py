@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,6 +18,13 @@ from sqlalchemy.engine import Dialect
 
 from core.model_profiles import OFFLINE
 from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, TOOL_CALLS, ToolCall
+
+# How long a run that a decision lets go on is kept for the worker its wake-up reaches: the decision leaves it a lease
+# held by no worker until then. The workers' periodic search for runnable executions passes it by meanwhile
+# (agents/claims.py): a search that fell between the decision's commit and its wake-up took the run without the
+# wake-up's hint, the slow way, three times as long (bench/README.md, issue 25). A claim by id, as the wake-up's,
+# takes it at once; a lost wake-up leaves it to the first search after the window.
+WAKE_UP_WINDOW = timedelta(seconds=1)
 
 
 @dataclass(frozen=True, slots=True)

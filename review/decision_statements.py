@@ -4,17 +4,24 @@ the decision writes."""
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 
 import sqlalchemy as sa
 
 from core._sqlalchemy_shortcuts import DirectStatement
 from core.events import seq_allocation
 from core.models import CHECKPOINTS, DECISIONS, EXECUTIONS, UTCDateTime
-from core.run_entry import OFFLINE_ENTRY_RETURNING
+from core.run_entry import OFFLINE_ENTRY_RETURNING, WAKE_UP_WINDOW
 from core.sql import equals_by_row
 from core.vocabulary import CheckpointOrigin
 from core.webhooks import QUIET
 from review.access import decider_rule
+
+
+def lease_held_until(now: datetime) -> datetime:
+    """The lease, held by no worker, that a decision letting its run go on leaves it with: the wake-up's window."""
+    return now + WAKE_UP_WINDOW
+
 
 # Whether the deciding person (parameter `by`) may decide this attempt (`checkpoint_id`, `attempt`), on the
 # execution's row: the one rule (review/access.py) over its reviewer columns.
@@ -35,7 +42,8 @@ RESUMING = (EXECUTIONS.c.lease_epoch, *OFFLINE_ENTRY_RETURNING)
 @functools.cache
 def allocation(person: bool, moves: bool, resuming: bool = False) -> DirectStatement:
     """The seqs of a decision's events, taken where the rule lets a `person` decide and, when the answer `moves`
-    the execution on, only while it waits for this decision, moving it (parameters `end_status`, `completed_at`);
+    the execution on, only while it waits for this decision, moving it (parameters `end_status`, `completed_at`,
+    `held_until`: `lease_held_until` for a run let go on, else None);
     `resuming`, returning what the wake-up of a run let go on carries (`RESUMING`)."""
     where = [RULE_ON_ROW] if person else []
     if not moves:
@@ -47,7 +55,7 @@ def allocation(person: bool, moves: bool, resuming: bool = False) -> DirectState
         status=sa.bindparam("end_status"),
         completed_at=sa.bindparam("completed_at", type_=UTCDateTime()),
         worker_id=None,
-        lease_until=None,
+        lease_until=sa.bindparam("held_until", type_=UTCDateTime()),
     )
 
 
@@ -124,7 +132,7 @@ APPROVED_ALONE = DirectStatement(
         status="running",
         completed_at=None,
         worker_id=None,
-        lease_until=None,
+        lease_until=sa.bindparam("held_until", type_=UTCDateTime()),
     ).statement,
     sets_from_parameters=False,
 )

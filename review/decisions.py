@@ -36,7 +36,14 @@ from review.decision_errors import (
 )
 from review.decision_input import REJECT_NEEDS_COMMENT, checked_edits, checked_grade
 from review.decision_records import DecisionRecord, decision_for
-from review.decision_statements import APPROVED_ALONE, REVISIONS, WHY_NOT, allocation, compare_and_set
+from review.decision_statements import (
+    APPROVED_ALONE,
+    REVISIONS,
+    WHY_NOT,
+    allocation,
+    compare_and_set,
+    lease_held_until,
+)
 from review.grading import grade_given
 
 Verdict = Literal["approve", "reject"]
@@ -186,7 +193,12 @@ async def decide(
         end_status = {"approve": "running", "reject": "running" if revise else "rejected", "cancel": "cancelled"}[
             decision
         ]
-        parameters.update(end_status=end_status, completed_at=None if end_status == "running" else now)
+        going_on = end_status == "running"
+        parameters.update(
+            end_status=end_status,
+            completed_at=None if going_on else now,
+            held_until=lease_held_until(now) if going_on else None,
+        )
         events.extend(_outcome_events(end_status, revise, checkpoint_id, current_attempt, comment, by, via))
     # One statement (on PostgreSQL): the execution moved on, or only its seqs taken, where it still waits and,
     # for a person, where the rule lets them decide on the row as it stands; with it the decision row (the
@@ -276,11 +288,12 @@ async def approve_alone(
     if not db.backend.writes_alone or db.traces:
         return None
     rating, labels = checked_grade(rating, labels)
+    now = utcnow()
     record, row, events = _answered(
-        execution_id, checkpoint_id, attempt, "approve", by, via, comment, remote_addr, utcnow(), None, None,
+        execution_id, checkpoint_id, attempt, "approve", by, via, comment, remote_addr, now, None, None,
         rating, labels,
     )
-    parameters = {"by": by, "checkpoint_id": checkpoint_id, "attempt": attempt}
+    parameters = {"by": by, "checkpoint_id": checkpoint_id, "attempt": attempt, "held_until": lease_held_until(now)}
     async with db.alone() as alone:
         added = await append_alone_returning(
             alone, execution_id, events, allocation=APPROVED_ALONE, parameters=parameters,

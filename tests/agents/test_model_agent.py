@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from agents.claims import claim_next
+from agents.claims import claim_execution
 from agents.runner import ExecutionRunner
 from core.allowlist import parse_allowlist
 from core.db import Database
@@ -294,7 +294,7 @@ async def test_http_request_to_loopback_is_refused_and_the_model_is_told(db: Dat
 
 async def dies_mid_request(db: Database, config: Settings, exe: str, arrived: asyncio.Event) -> None:
     """A worker claims `exe` and is gone once its request has `arrived` at the server; its lease has run out."""
-    got = await claim_next(db, "worker-1", 30)
+    got = await claim_execution(db, "worker-1", 30, exe)  # as its wake-up's worker: by id
     assert got is not None
     doomed = asyncio.create_task(ExecutionRunner(config, db, "worker-1", got).run())
     await asyncio.wait_for(arrived.wait(), 10)

@@ -18,6 +18,7 @@ from core.events import events_after
 from core.formatting import isoformat
 from core.ids import new_id
 from core.models import ApiKey, Checkpoint, Decision, Execution, utcnow
+from core.run_entry import WAKE_UP_WINDOW
 from core.settings import Settings
 from core.vocabulary import Channel
 from review import AlreadyDecided, DecisionError, DecisionRecord, NotAwaitingReview, NotReviewer, decide
@@ -131,7 +132,10 @@ async def test_approve(db: Database, settings: Settings) -> None:
         "203.0.113.9",
     )
     execution = after["execution"]
-    assert (execution.status, execution.worker_id, execution.lease_until) == ("running", None, None)
+    assert (execution.status, execution.worker_id) == ("running", None)
+    # Kept for the worker its wake-up reaches, by a lease no worker holds: a search passes it by meanwhile.
+    assert execution.lease_until is not None
+    assert record.at < execution.lease_until <= record.at + WAKE_UP_WINDOW
     assert execution.completed_at is None
     seq, type_, payload = after["events"][-1]
     assert type_ == "checkpoint.decided"
