@@ -123,7 +123,7 @@ def fenced_allocation(*where: sa.ColumnElement[bool], **values: Any) -> DirectSt
         "lease_until": sa.bindparam("renewed_until"),
     }
     _TAKING_OVER[fenced] = seq_allocation(
-        *_runnable(named=True),
+        *runnable(named=True),
         columns.lease_epoch == sa.bindparam("seen_epoch", type_=sa.Integer()),
         columns.last_seq == sa.bindparam("seen_seq", type_=sa.Integer()),
         *where,
@@ -141,9 +141,10 @@ def taking_over(allocation: DirectStatement, claim: Claim) -> tuple[DirectStatem
     return _TAKING_OVER[allocation], {"seen_epoch": resume.epoch, "seen_seq": resume.seq, "now": utcnow()}
 
 
-def _runnable(*, named: bool) -> tuple[sa.ColumnElement[bool], ...]:
-    """Runnable, for a claim that searches or, `named`, for one that names the execution (a wake-up's): that one
-    also takes a run kept for its wake-up, whose lease no worker holds (core/run_entry.py WAKE_UP_WINDOW)."""
+def runnable(*, named: bool) -> tuple[sa.ColumnElement[bool], ...]:
+    """Runnable at bind parameter `now`, for a claim that searches or, `named`, for one that names the execution (a
+    wake-up's): that one also takes a run kept for its wake-up, whose lease no worker holds (core/run_entry.py
+    WAKE_UP_WINDOW)."""
     columns = EXECUTIONS.c
     free = [columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())]
     if named:
@@ -160,9 +161,9 @@ def _runnable(*, named: bool) -> tuple[sa.ColumnElement[bool], ...]:
 # rows another worker is claiming. PostgreSQL re-checks a claim by id once a concurrent claim's row lock is
 # released. Sent straight to the driver (core/_sqlalchemy_shortcuts.py).
 _CLAIM_BY_ID = DirectStatement(
-    _claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *_runnable(named=True)))
+    _claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *runnable(named=True)))
 )
-_OLDEST = sa.select(EXECUTIONS.c.id).where(*_runnable(named=False)).order_by(EXECUTIONS.c.created_at).limit(1)
+_OLDEST = sa.select(EXECUTIONS.c.id).where(*runnable(named=False)).order_by(EXECUTIONS.c.created_at).limit(1)
 
 
 @functools.cache

@@ -33,12 +33,12 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 from quart import Blueprint, Quart, Response, current_app, g, request
 
+from agents.claims import runnable
 from core.db import Database
 from core.logs import current_execution_id
-from core.model_profiles import EXTERNAL
 from core.models import Decision, Event, Execution, MailMessage, WebhookAttempt, WebhookDelivery, utcnow
 from core.settings import Settings
-from core.vocabulary import EXECUTION_STATUSES, EventType, ExecutionStatus
+from core.vocabulary import EXECUTION_STATUSES, EventType
 
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("vouch.http")
@@ -46,7 +46,6 @@ access_log = logging.getLogger("vouch.http")
 blueprint = Blueprint("operations", __name__)
 
 REVIEW_WAIT_BUCKETS = (60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0, 3 * 24 * 3600.0)
-RUNNABLE = (ExecutionStatus.QUEUED, ExecutionStatus.RUNNING)
 READY_TIMEOUT = 3.0
 SCRAPE_TIMEOUT = 10.0
 
@@ -85,15 +84,9 @@ async def _database_families(session: Any) -> list[Metric]:
     executions = GaugeMetricFamily("vouch_executions", "Executions by status.", labels=["status"])
     for status in sorted(set(EXECUTION_STATUSES) | set(by_status)):
         executions.add_metric([status], float(by_status.get(status, 0)))
+    # What a worker's claim takes (a run kept for its wake-up included): the rule of agents/claims.py itself.
     queued = await session.scalar(
-        sa.select(sa.func.count())
-        .select_from(Execution)
-        .where(
-            Execution.status.in_(RUNNABLE),
-            # A run kept for its wake-up (core/run_entry.py WAKE_UP_WINDOW) has a lease that no worker holds.
-            sa.or_(Execution.lease_until.is_(None), Execution.lease_until < now, Execution.worker_id.is_(None)),
-        )
-        .where(Execution.agent_model != EXTERNAL)  # the caller's own agent runs these: no worker will
+        sa.select(sa.func.count()).select_from(Execution).where(*runnable(named=True)), {"now": now}
     )
     queue = GaugeMetricFamily("vouch_queue_depth", "Runnable executions no worker holds a lease on.")
     queue.add_metric([], float(queued or 0))
