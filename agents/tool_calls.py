@@ -25,8 +25,9 @@ from agents.tool_base import InPlaceStep, SingleWrite, Tool, ToolContext, ToolFa
 from agents.tools import TOOLS
 from core._sqlalchemy_shortcuts import DirectStatement
 from core.db import commits_alone
+from core.event_messages import AddedEvent
 from core.event_payloads import ExecutionClaimed, ToolCallPayload, ToolResult, TypedEvent
-from core.events import AddedEvent, Companion, append_event, append_events, append_events_alone
+from core.events import Companion, append_event, append_events, append_events_alone
 from core.ids import new_id
 from core.models import TOOL_CALLS, Checkpoint, ToolCall, utcnow
 from core.run_entry import OpenCall

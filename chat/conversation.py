@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.events import event_message
+from core.event_messages import event_message
 from core.metrics import execution_metrics
 from core.models import Event, Execution
 from core.tool_args import argument_lines
@@ -134,7 +134,7 @@ def outcome(status: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def fold(messages: Iterable[dict[str, Any]]) -> list[Item]:
-    """Fold wire messages (core.events.event_message), in seq order, into conversation items."""
+    """Fold wire messages (core.event_messages.event_message), in seq order, into conversation items."""
     items: list[Item] = []
     tools: dict[str, Item] = {}
     cards: dict[str, Item] = {}

@@ -1,7 +1,7 @@
 """How committed events reach the chat rooms, in every shape the service runs in.
 
 An event is a row first; once its transaction commits, `core.db.Database` hands its wire message
-(`core.events.event_message`, the one place a row becomes a message) to the event sinks registered at
+(`core.event_messages.event_message`, the one place a row becomes a message) to the event sinks registered at
 start-up. This module provides the sinks:
 
 - a web process (`vouch web`, `vouch serve`) emits through its own Socket.IO server. With Redis, that

@@ -47,7 +47,8 @@ from chat.fanout import (
 )
 from chat.lists import ListNotifier, owner_room, reviewer_room
 from core.db import Database
-from core.events import event_message, events_after
+from core.event_messages import event_message
+from core.events import events_after
 from core.models import Checkpoint, Execution, utcnow
 from core.redis_bus import RedisBus
 from core.settings import Settings

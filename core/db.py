@@ -30,7 +30,7 @@ _MORE_TO_WRITE = "vouch_more_to_write"
 # In every session's info when this process records spans for export (core/trace_outbox.py).
 TRACES = "vouch_traces"
 
-# Receives each committed event's wire message (core.events.event_message). Registered at start-up by
+# Receives each committed event's wire message (core.event_messages.event_message). Registered at start-up by
 # the process's composition root (the web app emits into Socket.IO rooms, a worker into Redis), so core
 # needs to know nothing of who listens.
 EventSink = Callable[[dict[str, Any]], Awaitable[None]]

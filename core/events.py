@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, overload
 
@@ -17,34 +16,11 @@ from core.backends.base import Appended, event_rows
 from core.backends.base import Companion as Companion
 from core.bus import execution_channel
 from core.db import Alone, Database, event_after_commit, publish_after_commit
-from core.formatting import isoformat
+from core.event_messages import AddedEvent, event_message, news_of
 from core.models import EXECUTIONS, Event
 from core.trace_outbox import queue_spans_for_event
 from core.vocabulary import EventType
 from core.webhooks import WEBHOOK_EVENT_TYPES, WebhookHint, enqueue_for_event, quiet, suite_slot_freed
-
-
-@dataclass(frozen=True, slots=True)
-class AddedEvent:
-    """An event added in this transaction, as its row holds it. Plain values: an ORM `Event` costs more to make
-    than the statement that inserted its row, on every agent step."""
-
-    execution_id: str
-    seq: int
-    type: str
-    payload: dict[str, Any]
-    created_at: datetime
-
-
-def event_message(event: Event | AddedEvent) -> dict[str, Any]:
-    """The wire form of an event, the same from the database replay and from the bus."""
-    return {
-        "executionId": event.execution_id,
-        "seq": event.seq,
-        "type": event.type,
-        "payload": event.payload,
-        "at": isoformat(event.created_at),
-    }
 
 
 @overload
@@ -389,11 +365,6 @@ def _queue(session: AsyncSession | Alone, events: list[AddedEvent]) -> list[Adde
         last = events[-1]
         publish_after_commit(session, execution_channel(last.execution_id), news_of(last))
     return events
-
-
-def news_of(event: AddedEvent) -> dict[str, Any]:
-    """What an execution's channel says of a commit: its execution, and the seq of the last event it added."""
-    return {"executionId": event.execution_id, "seq": event.seq}
 
 
 async def events_after(

@@ -17,7 +17,7 @@ notification, with `data.verdict`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,16 +25,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.bus import CACHE_CHANNEL, SUITE_CHANNEL
 from core.db import Alone, publish_after_commit
 from core.errors import error_object
+from core.event_messages import AddedEvent
 from core.formatting import isoformat
 from core.ids import new_id
 from core.metrics import execution_metrics
 from core.models import EXECUTIONS, Execution, WebhookAttempt, WebhookDelivery, utcnow
 from core.scorers import verdict_json
 from core.vocabulary import ENDING_EVENTS, FINAL, EventType, VerdictState
-
-if TYPE_CHECKING:
-    # A circle for the type checker only: core/events.py calls enqueue_for_event with the event it just added.
-    from core.events import AddedEvent
 
 WEBHOOK_CHANNEL = "vouch:webhooks"
 # A run with scorers has ended: the workers' scoring loops (agents/scoring.py) look for work.

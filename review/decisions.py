@@ -13,6 +13,7 @@ from core._sqlalchemy_shortcuts import run_direct
 from core.backends.base import Companion
 from core.bus import WAKE_CHANNEL
 from core.db import Alone, Database, publish_after_commit
+from core.event_messages import AddedEvent
 from core.event_payloads import (
     CheckpointDecided,
     CheckpointRevisionRequested,
@@ -20,7 +21,7 @@ from core.event_payloads import (
     ExecutionRejected,
     TypedEvent,
 )
-from core.events import AddedEvent, append_alone_returning, append_events_returning
+from core.events import append_alone_returning, append_events_returning
 from core.ids import new_id
 from core.models import CHECKPOINTS, DECISIONS, Checkpoint, Execution, utcnow
 from core.run_entry import Resume, entry_of

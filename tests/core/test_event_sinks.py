@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from core.db import Database
-from core.events import append_any_event, event_message
+from core.event_messages import event_message
+from core.events import append_any_event
 from core.settings import Settings
 from tests.core.test_events import new_executions
 

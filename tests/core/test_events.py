@@ -12,7 +12,8 @@ from api.schemas import CreateTaskIn
 from api.tasks import create_execution
 from core.bus import execution_channel
 from core.db import Database
-from core.events import append_any_event, event_message, events_after
+from core.event_messages import event_message
+from core.events import append_any_event, events_after
 from core.ids import new_id
 from core.models import ApiKey, Event, Execution
 from core.settings import Settings

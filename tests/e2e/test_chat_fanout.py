@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 
 from core.db import Database
-from core.events import event_message, events_after
+from core.event_messages import event_message
+from core.events import events_after
 from core.links import chat_view_token
 from core.settings import Settings
 from tests.chat.helpers import REDIS_URL, Watcher
