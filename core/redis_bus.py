@@ -8,7 +8,6 @@ prefixes through a pattern subscription each, and on the channels they follow th
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -71,16 +70,17 @@ class RedisPublisher:
     A committing transaction does not wait for Redis: an agent step publishes several events, and their round
     trips were a third of a durable step on PostgreSQL (bench/README.md). What was published is written, as one
     write on a connection kept for the publisher (core/redis_calls.py), by `flush` in its caller's own step, or
-    at the end of the turn for publishes nobody flushes; their answers are read by the connection's task. While
-    the connection is being made (first, or after a loss) batches queue for a task and leave, in order, once
-    it is: a committer never waits for Redis.
+    at the end of the turn for publishes nobody flushes. Redis answers none of them (a quiet connection: nobody
+    would read the answers but to drop them), only a probe now and then that tells whether the connection still
+    stands. While the connection is being made (first, or after a loss) batches queue for a task and leave, in
+    order, once it is: a committer never waits for Redis.
     """
 
     def __init__(self, url: str) -> None:
-        self._calls = OrderedCalls(url, REDIS_ANSWER_SECONDS, REDIS_ANSWER_SECONDS)
+        self._calls = OrderedCalls(url, REDIS_ANSWER_SECONDS, REDIS_ANSWER_SECONDS, quiet=True)
         self._pending: list[tuple[str, str | bytes]] = []
         self._queued = SentInOrder(self._send, "redis-publisher")
-        self._last: asyncio.Future[Any] | None = None
+        self._published = False
 
     def publish(self, channel: str, payload: str | bytes) -> None:
         self._pending.append((channel, payload))
@@ -108,23 +108,24 @@ class RedisPublisher:
         await self._write(batch)
 
     async def _write(self, batch: list[tuple[str, str | bytes]]) -> None:
+        self._published = True
         try:
-            answers = await self._calls.send([("PUBLISH", channel, payload) for channel, payload in batch])
+            probe = await self._calls.send_quiet([("PUBLISH", channel, payload) for channel, payload in batch])
         except (RedisError, OSError) as failed:
             _log_failed(len(batch), failed)
             return
-        for answer in answers[:-1]:
-            answer.add_done_callback(_retrieved)
-        answers[-1].add_done_callback(functools.partial(_logged_if_failed, len(batch)))
-        self._last = answers[-1]
+        if probe is not None:
+            probe.add_done_callback(_logged_if_lost)
 
     async def close(self, timeout: float = REDIS_ANSWER_SECONDS) -> None:
         """Send what was published so far (waiting at most `timeout` seconds), then let go of Redis."""
         self._flush_later()
         await self._queued.flush(timeout)
-        if self._last is not None:
-            # Redis answers in order: once the last publish is answered, every earlier one has left.
-            await asyncio.wait({self._last}, timeout=timeout)
+        if self._published:
+            # Redis answers in order: once this is answered, everything published before it has left.
+            handled = self._calls.handled()
+            handled.add_done_callback(_retrieved)
+            await asyncio.wait({handled}, timeout=timeout)
         await self._calls.close()
 
 
@@ -136,12 +137,13 @@ def _log_failed(count: int, failed: BaseException) -> None:
 
 def _retrieved(answer: asyncio.Future[Any]) -> None:
     if not answer.cancelled():
-        answer.exception()  # the batch's last answer says whether it failed
+        answer.exception()  # closing: a failure now is of no use, and one before it was logged as it happened
 
 
-def _logged_if_failed(count: int, answer: asyncio.Future[Any]) -> None:
-    if not answer.cancelled() and answer.exception() is not None:
-        _log_failed(count, answer.exception() or RedisError())
+def _logged_if_lost(probe: asyncio.Future[Any]) -> None:
+    if not probe.cancelled() and probe.exception() is not None:
+        # What was published since the connection's last answered probe may not have reached Redis.
+        log.warning("the connection publishing to Redis was lost: %s", probe.exception())
 
 
 class RedisBus:
