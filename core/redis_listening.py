@@ -23,6 +23,9 @@ from core.redis_calls import REDIS_ANSWER_SECONDS
 
 log = logging.getLogger(__name__)
 
+# How long a listener's `stop` waits for the cancelled task to end before it cancels it again.
+_STOP_AGAIN_SECONDS = 0.5
+
 
 def redis_client(
     url: str, timeout: float | None = REDIS_ANSWER_SECONDS, *, connect_timeout: float = REDIS_ANSWER_SECONDS
@@ -76,6 +79,7 @@ class RedisListening:
         self._confirmed: set[str] = set()
         self._pubsub: PubSub | None = None
         self._syncing: asyncio.Task[None] | None = None
+        self._stopped = False
         self._task = asyncio.create_task(self._run(), name="bus-listener")
 
     @property
@@ -162,7 +166,7 @@ class RedisListening:
                     self._handle(message)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopped:
             client = redis_client(self._url)
             pubsub = client.pubsub()
             try:
@@ -202,10 +206,17 @@ class RedisListening:
             await client.aclose()
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._listener in self._local:
             self._local.remove(self._listener)
         for task in (self._task, self._syncing):
-            if task is not None:
+            if task is None:
+                continue
+            # Asked again until it ends: a cancellation can be spent inside redis-py's teardown of a lost
+            # connection, which waits for its close whatever is cancelled meanwhile (seen once in CI: the listener
+            # went on to sleep until its next attempt, and the worker's stop waited on it).
+            while not task.done():
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await asyncio.wait({task}, timeout=_STOP_AGAIN_SECONDS)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
