@@ -76,7 +76,9 @@ class OrderedCalls:
         self._queued: list[tuple[Packed | _Probe, asyncio.Future[Any] | None]] = []
         # The answers owed, in order: None for one to read and drop.
         self._waiting: collections.deque[asyncio.Future[Any] | None] = collections.deque()
-        self._quiet = self._asked_quiet = quiet
+        self._quiet = quiet
+        # Whether Redis refused `_REPLIES_OFF` once: every later connection is answered, and reads its answers.
+        self._refused = False
         # Whether the connection now made answers nothing (told `_REPLIES_OFF`, and it took).
         self._answers_nothing = False
         self._probing: asyncio.Future[Any] | None = None
@@ -103,7 +105,7 @@ class OrderedCalls:
         """Write `commands` now, in one write and in this caller's step when the connection is up and nothing is
         queued before them; their answers to come."""
         connection = self._connection
-        if self._asked_quiet:
+        if self._quiet:
             raise ValueError("a quiet connection's commands are answered by nobody: send_quiet")
         if self._writer is not None or not connection.is_connected or self._closed:
             return [self.call_packed(packed) for packed in (self.pack(*args) for args in commands)]
@@ -163,7 +165,7 @@ class OrderedCalls:
 
     def call_packed(self, packed: Packed) -> asyncio.Future[Any]:
         """Queue one packed command; its answer to come. Cancelling the answer drops it when it arrives."""
-        if self._asked_quiet:
+        if self._quiet:
             raise ValueError("a quiet connection's commands are answered by nobody: send_quiet")
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._queue(packed, answer)
@@ -223,7 +225,7 @@ class OrderedCalls:
         self._answers_nothing = False
         connection = self._connection
         await connection.connect()
-        if not self._quiet:
+        if not self._quiet or self._refused:
             return
         told = connection.pack_commands([_REPLIES_OFF, *_PROBE_COMMANDS])
         await connection.send_packed_command(told, check_health=False)
@@ -233,7 +235,7 @@ class OrderedCalls:
         except ResponseError as refused:
             # Three errors owed (OFF, ON, OFF); on a connection made anew, every command is answered, and read.
             log.info("Redis refused CLIENT REPLY (%s): its answers to publishes are read and dropped", refused)
-            self._quiet = False
+            self._refused = True
             await connection.disconnect()
             await connection.connect()
             return
