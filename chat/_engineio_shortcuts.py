@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import types
 import weakref
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine
 from typing import Any
 
 from engineio import packet as eio_packet  # type: ignore[import-untyped]
 from engineio.async_drivers import asgi as eio_asgi  # type: ignore[import-untyped]
+
+from core.coroutines import carry_on
 
 log = logging.getLogger("chat.fanout")
 
@@ -157,7 +158,7 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
 
     async def _drain(self, sending: Coroutine[Any, Any, None], waiting_on: Any) -> None:
         try:
-            await _carry_on(sending, waiting_on)
+            await carry_on(sending, waiting_on)
             while self._backlog:
                 await self.send(self._backlog.popleft())
         except Exception:
@@ -165,30 +166,6 @@ class DirectWebSocket(eio_asgi.WebSocket):  # type: ignore[misc]
         finally:
             self._backlog = None
             self._drainer = None
-
-
-@types.coroutine
-def _carry_on(coro: Coroutine[Any, Any, None], waiting_on: Any) -> Generator[Any, Any, None]:
-    """Finish, inside a task, a coroutine that was stepped by hand and stopped at `waiting_on`.
-
-    It yields what the coroutine yielded, so the task waits on that, then passes on what the task sends or
-    throws (cancellation) exactly as `await` would have."""
-    while True:
-        try:
-            value = yield waiting_on
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:
-            try:
-                waiting_on = coro.throw(exc)
-            except StopIteration:
-                return
-            continue
-        try:
-            waiting_on = coro.send(value)
-        except StopIteration:
-            return
 
 
 # engine.io socket -> its websocket, for sockets that take direct writes; dropped with the socket.

@@ -19,6 +19,7 @@ from core import jsontext
 from core.backends import BACKEND, backend_for, backend_of
 from core.backends.base import Backend
 from core.bus import Bus, SentInOrder
+from core.coroutines import run_to_completion
 from core.sql import one_of as one_of
 from core.sqlite import make_sqlite_engine
 
@@ -299,7 +300,10 @@ class Database:
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A write session committed on success, rolled back on error."""
         with self._write_in_turn():
-            async with self.session(write=True) as session:
+            # Closed through run_to_completion, not `async with`: SQLAlchemy's exit closes in a task of its own
+            # (creation and turns of the loop), where a close after a commit never waits (core/coroutines.py).
+            session = self.session(write=True)
+            try:
                 try:
                     yield session
                 except BaseException as ended:
@@ -314,6 +318,8 @@ class Database:
                         log.debug("rollback after %s failed", type(ended).__name__, exc_info=True)
                     raise
                 await self.commit(session)
+            finally:
+                await run_to_completion(session.close())
 
     @asynccontextmanager
     async def alone(self) -> AsyncIterator[Alone]:
@@ -336,9 +342,12 @@ class Database:
                     raise
                 kept.used()
             else:
-                async with self._autocommit.connect() as connection:
+                connection = await self._autocommit.connect()
+                try:
                     alone = Alone(connection, self.backend, self.traces)
                     yield alone
+                finally:
+                    await run_to_completion(connection.close())
             await self._news_out(alone.info.pop(_EVENTS, []), alone.info.pop(_PENDING, []))
 
     @asynccontextmanager
@@ -386,8 +395,11 @@ class Database:
     async def reading(self) -> AsyncIterator[AsyncSession]:
         """A session for reads only, apart from any other: on PostgreSQL its statements run outside a transaction
         (each sees what was committed when it began, as in one), on SQLite in a read transaction of its own."""
-        async with self._reading() as session:
+        session = self._reading()
+        try:
             yield session
+        finally:
+            await run_to_completion(session.close())
 
     async def dispose(self) -> None:
         if self.wal_checkpoints is not None:
