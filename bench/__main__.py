@@ -29,6 +29,7 @@ from bench import (
     suite_summary,
 )
 from bench.common import Measure, backends_of, common_arguments, run_until_stopped, stack
+from bench.steal import Steal
 
 FIGURES: dict[str, Measure] = {
     "durable-step-overhead": durable_step.measure,
@@ -75,11 +76,12 @@ def main() -> None:
 
     async def run() -> None:
         for backend in backends_of(args):
-            started = time.monotonic()
+            started, steal = time.monotonic(), Steal()
             async with stack(backend) as st:
                 for name in chosen:
                     await FIGURES[name](st, args.quick)
-            print(f"[{backend}] done in {time.monotonic() - started:.0f} s", flush=True)
+            took, stolen = time.monotonic() - started, steal.since_last()
+            print(f"[{backend}] done in {took:.0f} s; CPU stolen by the host meanwhile: {stolen}", flush=True)
 
     run_until_stopped(run())
     print(f"finished; load average now {', '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from bench.steal import Steal
+
 ROOT = Path(__file__).resolve().parent.parent
 # Beside the checkout (../shared/peers), or beside the folder of worktrees it is one of.
 _BESIDE = [ROOT.parent / "shared" / "peers", ROOT.parent.parent / "shared" / "peers"]
@@ -222,6 +224,7 @@ def load_average() -> str:
 def run(title: str, command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run one side, echoing its figure lines (and their notes) as they come; its whole output."""
     print(f"=== {time.strftime('%H:%M:%S', time.gmtime())} UTC {title} | load average {load_average()}", flush=True)
+    steal = Steal()
     proc = subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
     )
@@ -251,6 +254,8 @@ def run(title: str, command: list[str], cwd: Path, env: dict[str, str] | None = 
                 proc.kill()
     code = proc.wait()
     proc.stdout.close()
+    took, stolen = time.monotonic() - started, steal.since_last()
+    print(f"    ({took:.0f} s; CPU stolen by the host meanwhile: {stolen})", flush=True)
     output = "".join(lines)
     if code != 0:
         print(f"  ({title} exited {code}; its last lines:)\n" + "".join(lines[-15:]), flush=True)
