@@ -37,11 +37,13 @@ FIGURES: dict[str, Measure] = {
     "approve-next-step": approve_resume.measure,
     "approve-one-at-a-time": approve_cpu.measure,
     "status-throughput": status_throughput.measure,
+    # Before the fan-outs: python-engineio leaves each socket's ping task asleep for its ping interval (25 s) after
+    # the socket closed, and the 2,200 of a fan-out woke one by one through an idle window measured after it.
+    "idle-processes": idle.measure,
     "chat-fanout": chat_fanout.measure,
     "decision-long-poll": external.measure_long_poll,
     "external-events-chat": external.measure_events,
     "chat-fanout-uncompressed": chat_fanout.measure_uncompressed,
-    "idle-processes": idle.measure,
     "paused-executions": paused.measure,
     "suite-summary": suite_summary.measure,
 }
