@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import event, exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -193,6 +193,20 @@ class _KeptConnection:
 
 _KEPT: ContextVar[_KeptConnection | None] = ContextVar("vouch_kept_connection", default=None)
 
+_Closable = TypeVar("_Closable", AsyncSession, AsyncConnection)
+
+
+@asynccontextmanager
+async def _closed_at_end(closable: _Closable) -> AsyncIterator[_Closable]:
+    """`closable`, closed when the block ends, as SQLAlchemy's `async with` closes it (to its end, even if the
+    caller is cancelled meanwhile), but in the calling task while the close need not wait, where SQLAlchemy's
+    always closes in a task of its own: its creation and turns of the loop for every transaction, though a close
+    after a commit never waits (core/coroutines.py)."""
+    try:
+        yield closable
+    finally:
+        await run_to_completion(closable.close())
+
 
 class Database:
     def __init__(self, url: str, bus: Bus, *, traces: bool = False) -> None:
@@ -300,10 +314,7 @@ class Database:
     async def transaction(self) -> AsyncIterator[AsyncSession]:
         """A write session committed on success, rolled back on error."""
         with self._write_in_turn():
-            # Closed through run_to_completion, not `async with`: SQLAlchemy's exit closes in a task of its own
-            # (creation and turns of the loop), where a close after a commit never waits (core/coroutines.py).
-            session = self.session(write=True)
-            try:
+            async with _closed_at_end(self.session(write=True)) as session:
                 try:
                     yield session
                 except BaseException as ended:
@@ -318,8 +329,6 @@ class Database:
                         log.debug("rollback after %s failed", type(ended).__name__, exc_info=True)
                     raise
                 await self.commit(session)
-            finally:
-                await run_to_completion(session.close())
 
     @asynccontextmanager
     async def alone(self) -> AsyncIterator[Alone]:
@@ -342,12 +351,9 @@ class Database:
                     raise
                 kept.used()
             else:
-                connection = await self._autocommit.connect()
-                try:
+                async with _closed_at_end(await self._autocommit.connect()) as connection:
                     alone = Alone(connection, self.backend, self.traces)
                     yield alone
-                finally:
-                    await run_to_completion(connection.close())
             await self._news_out(alone.info.pop(_EVENTS, []), alone.info.pop(_PENDING, []))
 
     @asynccontextmanager
@@ -395,11 +401,8 @@ class Database:
     async def reading(self) -> AsyncIterator[AsyncSession]:
         """A session for reads only, apart from any other: on PostgreSQL its statements run outside a transaction
         (each sees what was committed when it began, as in one), on SQLite in a read transaction of its own."""
-        session = self._reading()
-        try:
+        async with _closed_at_end(self._reading()) as session:
             yield session
-        finally:
-            await run_to_completion(session.close())
 
     async def dispose(self) -> None:
         if self.wal_checkpoints is not None:
