@@ -1,4 +1,4 @@
-"""Engine, sessions and the one commit point that publishes after commit."""
+"""Sessions and the one commit point that publishes after commit (the engine: core/engines.py)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,14 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from sqlalchemy import event, exc
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
-from core import jsontext
+from core import engines
 from core.backends import BACKEND, backend_for, backend_of
 from core.backends.base import Backend
 from core.bus import Bus, SentInOrder
 from core.coroutines import run_to_completion
 from core.sql import one_of as one_of
-from core.sqlite import make_sqlite_engine
 
 log = logging.getLogger(__name__)
 
@@ -45,56 +42,11 @@ class LiveSink(Protocol):
     async def live(self, message: dict[str, Any]) -> None: ...
 
 
-# A pooled connection unused for this long is pinged before it is handed out.
-_IDLE_PING_SECONDS = 2.0
-_RETURNED_AT = "vouch_returned_at"
-# Set on a connection kept out of the pool while it idled (`Database.keeping_alone`): since when.
-_IDLE_SINCE = "vouch_idle_since"
 # How long the end of a `keeping_alone` block waits for the news its statements queued to leave.
 _NEWS_SECONDS = 5.0
 
 # What one commit sends out afterwards: its events' wire messages, and its bus messages by channel.
 _News = tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]
-
-
-def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    # JSON columns written and read through orjson (core/jsontext.py).
-    kwargs = {"json_serializer": jsontext.dumps, "json_deserializer": jsontext.loads, **kwargs}
-    if url.startswith("sqlite"):
-        return make_sqlite_engine(url, **kwargs)
-    # Last in, first out: at the usual concurrency the same few connections serve every request, their
-    # statements prepared and past PostgreSQL's first custom plans (about a millisecond of planning each for the
-    # decision's and the step's statements), where first in, first out warmed every connection of the pool in
-    # turn (bench/README.md, issue 25). The connections left idle are the ones pinged before reuse.
-    engine = create_async_engine(url, pool_size=10, max_overflow=20, pool_use_lifo=True, **kwargs)
-    _ping_idle_connections(engine)
-    return engine
-
-
-def _ping_idle_connections(engine: AsyncEngine) -> None:
-    """Find connections that died while idle (a database restart, a dropped link) before a transaction does.
-
-    SQLAlchemy's pool_pre_ping pings on every checkout; with asyncpg a ping is BEGIN, a query and ROLLBACK,
-    three round trips before every transaction, about a third of an agent step (bench/README.md). A connection
-    back from a transaction moments ago is known good: only one idle for a while is pinged. One that fails is
-    replaced (DisconnectionError makes the pool discard it and check out another).
-    """
-    pool = engine.sync_engine.pool
-
-    def returned(_dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
-        record.info[_RETURNED_AT] = record.info.pop(_IDLE_SINCE, None) or time.monotonic()
-
-    def handed_out(dbapi_connection: Any, record: ConnectionPoolEntry, _proxy: Any) -> None:
-        returned_at = record.info.get(_RETURNED_AT)
-        if returned_at is None or time.monotonic() - returned_at < _IDLE_PING_SECONDS:
-            return  # new, or in use moments ago
-        try:
-            dbapi_connection.ping()
-        except Exception as failed:
-            raise exc.DisconnectionError(f"idle connection failed its ping: {failed}") from failed
-
-    event.listen(pool, "checkin", returned)
-    event.listen(pool, "checkout", handed_out)
 
 
 def publish_after_commit(session: AsyncSession | Alone, channel: str, message: dict[str, Any]) -> None:
@@ -172,7 +124,7 @@ class _KeptConnection:
             await self.db._after_commit(events, pending)
 
     async def take(self) -> AsyncConnection:
-        if self._connection is not None and time.monotonic() - self._used_at >= _IDLE_PING_SECONDS:
+        if self._connection is not None and time.monotonic() - self._used_at >= engines.IDLE_PING_SECONDS:
             await self.release()  # idle for a while: the pool checks a connection that idled before handing it out
         if self._connection is None:
             self._connection = await self.db._autocommit.connect()
@@ -187,7 +139,7 @@ class _KeptConnection:
             return
         if self._used_at and not connection.invalidated:
             # Idle since its last statement, not from its check-in: the pool pings it before it goes out again.
-            connection.info[_IDLE_SINCE] = self._used_at
+            connection.info[engines.IDLE_SINCE] = self._used_at
         await connection.close()
 
 
@@ -215,7 +167,7 @@ class Database:
         self.url = url
         self.bus = bus
         self.traces = traces
-        self.engine = make_engine(url)
+        self.engine = engines.make_engine(url)
         self.dialect = self.engine.dialect.name
         # What differs between the databases, chosen once; each session carries it (core.backends.backend_of).
         self.backend = backend_for(self.dialect)

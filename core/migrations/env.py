@@ -8,7 +8,7 @@ from typing import Any, Literal
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from core.db import make_engine
+from core.engines import make_engine
 from core.models import Base, UTCDateTime
 
 config = context.config

@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlalchemy import event
 
-import core.db
+import core.engines
 from core.db import Database, publish_after_commit
 
 
@@ -82,13 +82,13 @@ async def test_a_connection_kept_idle_goes_back_to_the_pool_before_the_next_stat
                 kept_info = alone.connection.info  # the pooled connection's, kept with it in the pool
             last_used = time.monotonic()
             # Every connection now counts as idle long enough to be checked by the pool before reuse.
-            monkeypatch.setattr(core.db, "_IDLE_PING_SECONDS", 0.0)
+            monkeypatch.setattr(core.engines, "IDLE_PING_SECONDS", 0.0)
             await _backend_pid(db)
             assert len(checkins) == 1
             assert _checked_out(db) == 1
             # The pool took it back as idle since its last statement, not since that check-in: had it idled
             # past the pool's threshold, the pool pinged it before handing it out again.
-            assert kept_info[core.db._RETURNED_AT] <= last_used
+            assert kept_info[core.engines.RETURNED_AT] <= last_used
         assert len(checkins) == 2
     finally:
         event.remove(pool, "checkin", listener)

@@ -13,7 +13,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy.engine import Connection
 
-from core.db import Database, make_engine
+from core.db import Database
+from core.engines import make_engine
 from core.migrate import alembic_config, current_revision, head_revision, upgrade
 from core.models import Base, MailMessage
 
