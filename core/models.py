@@ -12,8 +12,9 @@ from typing import Any, cast
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
+from core.compressed_text import CompressedText
 from core.models_accounts import ApiKey, ApiKeyUsage, IdempotencyRecord, SigninFailure, SignupRequest, User, WebSession
-from core.models_base import NAMING, Base, BigId, CompressedText, UTCDateTime, utcnow
+from core.models_base import NAMING, Base, BigId, UTCDateTime, utcnow
 from core.models_suites import SUITE_RUNS, SUITE_TASKS, SUITES, Suite, SuiteRun, SuiteTask
 
 # What this module passes on from the split ones; the tables defined below are importable as ever.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import zlib
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -33,20 +32,6 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class CompressedText(sa.TypeDecorator[str]):
-    """Text kept zlib-compressed. For mail bodies: every paused execution holds its review mail, whose HTML (inline
-    styles, as mail clients need) is most of the bytes a paused execution costs and shrinks about five-fold."""
-
-    impl = sa.LargeBinary
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> bytes | None:
-        return None if value is None else zlib.compress(value.encode(), 6)
-
-    def process_result_value(self, value: bytes | None, dialect: Dialect) -> str | None:
-        return None if value is None else zlib.decompress(value).decode()
 
 
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

@@ -166,3 +166,43 @@ async def test_mail_that_left_before_0020_drops_its_content(database_url: str) -
         ]
     finally:
         await engine.dispose()
+
+
+async def test_0022_recompresses_mail_bodies_against_the_dictionary_and_back(database_url: str) -> None:
+    await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0021")
+    engine = make_engine(database_url)
+    text = "Approve: https://vouch.example/review/link/s3cr3t\nThe links work once and expire in 72 hours.\n"
+    html = "<p style=\"margin:0 0 8px;font-weight:600;\">Review needed</p>\n" * 30
+    plain = {"text": zlib.compress(text.encode(), 6), "html": zlib.compress(html.encode(), 6)}
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                sa.text(
+                    "INSERT INTO mail_messages (id, message_key, sender, recipient, subject, text_body, html_body,"
+                    " status, attempts, created_at) VALUES ('m1', 'k1', 'a@x.test', 'b@x.test', 's', :text, :html,"
+                    " 'queued', 0, CURRENT_TIMESTAMP), ('m2', 'k2', 'a@x.test', 'b@x.test', 's', :text, NULL,"
+                    " 'dev_mailbox', 0, CURRENT_TIMESTAMP)"
+                ),
+                plain,
+            )
+        await asyncio.to_thread(upgrade, database_url)
+        async with engine.connect() as conn:
+            bodies = sa.text("SELECT text_body, html_body FROM mail_messages WHERE id = 'm1'")
+            stored = (await conn.execute(bodies)).one()
+            assert all(bytes(body)[1] & 0x20 for body in stored)  # each now names the dictionary it was made against
+            assert len(stored.html_body) < len(plain["html"])
+            mails = (
+                await conn.execute(
+                    sa.select(MailMessage.id, MailMessage.text_body, MailMessage.html_body).order_by(MailMessage.id)
+                )
+            ).all()
+            assert [tuple(mail) for mail in mails] == [("m1", text, html), ("m2", text, None)]
+        await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0021")
+        async with engine.connect() as conn:
+            back = (await conn.execute(sa.text("SELECT text_body, html_body FROM mail_messages ORDER BY id"))).all()
+        assert [tuple(zlib.decompress(b).decode() if b is not None else None for b in row) for row in back] == [
+            (text, html),
+            (text, None),
+        ]
+    finally:
+        await engine.dispose()
