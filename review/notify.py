@@ -37,6 +37,11 @@ _env = Environment(
 _env.filters["indented"] = lambda text: "\n".join("    " + line for line in str(text).split("\n"))
 
 
+def review_mail_bodies(context: dict[str, Any]) -> tuple[str, str]:
+    """The review mail's text and HTML bodies for `context` (as `queue_review_mail` makes it)."""
+    return _env.get_template("checkpoint.txt").render(context), _env.get_template("checkpoint.html").render(context)
+
+
 def base_url(settings: Settings) -> str:
     return (settings.public_base_url() or FALLBACK_BASE_URL).rstrip("/")
 
@@ -116,14 +121,15 @@ async def queue_review_mail(
         subject = f"Grade the result: {name}{tag}"
     elif checkpoint.attempt > 1:
         subject = f"Review needed (attempt {checkpoint.attempt}): {name} — {stage}{tag}"
+    text_body, html_body = review_mail_bodies(context)
     return await enqueue_mail(
         session,
         message_key=key,
         sender=settings.mail_from,
         recipient=reviewer,
         subject=subject,
-        text_body=_env.get_template("checkpoint.txt").render(context),
-        html_body=_env.get_template("checkpoint.html").render(context),
+        text_body=text_body,
+        html_body=html_body,
         execution_id=execution.id,
         # core.mail.to_email turns the subject's [vouch:<token>] into the Reply-To address (reply_address).
         smtp_configured=settings.smtp_url is not None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
-from review.notify import _env
+from review.notify import review_mail_bodies
 
 
 def rendered() -> str:
@@ -43,7 +43,8 @@ def rendered() -> str:
         "grading": False,
     }
     # zlib reaches strings at the end of a dictionary at the least cost: the HTML, most of a mail's bytes, goes last.
-    return _env.get_template("checkpoint.txt").render(context) + _env.get_template("checkpoint.html").render(context)
+    text, html = review_mail_bodies(context)
+    return text + html
 
 
 if __name__ == "__main__":
