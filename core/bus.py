@@ -196,13 +196,20 @@ T = TypeVar("T")
 
 class SentInOrder(Generic[T]):
     """Items handed over now and sent later, in order, by a task of its own: what was put while a send was under
-    way leaves, as one batch, with the next. Whoever puts never waits; `send_batch` handles its own failures."""
+    way leaves, as one batch, with the next. Whoever puts never waits; `send_batch` handles its own failures.
 
-    def __init__(self, send_batch: Callable[[list[T]], Awaitable[None]], name: str) -> None:
+    With `spacing` (seconds), a batch leaves at most that long after the one before it began, gathering what is
+    put meanwhile: the first leaves at once, and `flush` sends what waits without waiting out the spacing.
+    """
+
+    def __init__(self, send_batch: Callable[[list[T]], Awaitable[None]], name: str, *, spacing: float = 0.0) -> None:
         self._send_batch = send_batch
         self._name = name
+        self._spacing = spacing
         self._waiting: list[T] = []
         self._sending: asyncio.Task[None] | None = None
+        self._last_sent = float("-inf")
+        self._hurry = asyncio.Event()
 
     def put(self, item: T) -> None:
         self.put_all([item])
@@ -218,12 +225,24 @@ class SentInOrder(Generic[T]):
         return not self._waiting and (self._sending is None or self._sending.done())
 
     async def _send(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting, []
-            await self._send_batch(batch)
+        loop = asyncio.get_running_loop()
+        try:
+            while self._waiting:
+                early = self._last_sent + self._spacing - loop.time()
+                if early > 0 and not self._hurry.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(early):
+                            await self._hurry.wait()
+                batch, self._waiting = self._waiting, []
+                self._last_sent = loop.time()
+                await self._send_batch(batch)
+        finally:
+            self._hurry.clear()
 
     async def flush(self, timeout: float) -> None:
         """Wait, at most `timeout` seconds, until what was put so far has been sent (or failed to be)."""
+        if not self.idle:
+            self._hurry.set()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while self._sending is not None and not self._sending.done():

@@ -44,6 +44,11 @@ class LiveSink(Protocol):
 
 # How long the end of a `keeping_alone` block waits for the news its statements queued to leave.
 _NEWS_SECONDS = 5.0
+# Within a block, the least time between two batches of its news: a run of quick steps (a step every
+# millisecond on PostgreSQL) then writes to the bus once every few steps, not once a step, whose write and the
+# bus's wake-up cost the step as much as a tenth of its time on two cores (issue 25, bench/README.md). A watcher
+# sees a step at most this much later; the first batch, and what waits when the block ends, leave at once.
+NEWS_SPACING_SECONDS = 0.005
 
 # What one commit sends out afterwards: its events' wire messages, and its bus messages by channel.
 _News = tuple[list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]
@@ -116,8 +121,8 @@ class _KeptConnection:
         self._used_at = 0.0
         # What the task's commits queued goes out from a task of its own, in commit order, once the committing task
         # waits: a run's next statement then leaves before the last step's news, which is sent while that statement
-        # is at the database (issue 25; bench/README.md, 2026-11-29 10:38).
-        self.news: SentInOrder[_News] = SentInOrder(self._send_news, "after-commit")
+        # is at the database (issue 25; bench/README.md, 2026-11-29 10:38), and at most once a spacing.
+        self.news: SentInOrder[_News] = SentInOrder(self._send_news, "after-commit", spacing=NEWS_SPACING_SECONDS)
 
     async def _send_news(self, batch: list[_News]) -> None:
         for events, pending in batch:
@@ -316,7 +321,8 @@ class Database:
         thinking, a tool working outside) is handed back before the next statement, which takes one from the pool
         as usual (pinged there if it idled). Holds no transaction and no lock: every statement commits by itself.
         What the task's commits queue meanwhile (events, bus messages) leaves in commit order while its next
-        statement is at the database, and all of it before the block ends (`_KeptConnection.news`). Nothing is kept
+        statement is at the database, in batches at least `NEWS_SPACING_SECONDS` apart, and all of it before the
+        block ends (`_KeptConnection.news`). Nothing is kept
         where the backend writes in transactions only."""
         task = asyncio.current_task()
         if not self.backend.writes_alone or task is None:

@@ -14,7 +14,7 @@ import redis as sync_redis
 import redis.asyncio as aioredis
 import sqlalchemy as sa
 
-from core.bus import Bus, InProcessBus, Listening, Subscription, make_bus
+from core.bus import Bus, InProcessBus, Listening, SentInOrder, Subscription, make_bus
 from core.db import Database, publish_after_commit
 from core.ids import new_id
 from core.models import User
@@ -395,3 +395,31 @@ async def test_a_commits_messages_leave_before_the_rest_of_its_turn(database_url
         watcher.close()
         await bus.close()
         await db.dispose()
+
+
+async def _let_tasks_run() -> None:
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+async def test_batches_spaced_apart_gather_what_is_put_meanwhile_and_a_flush_sends_them_at_once() -> None:
+    sent: list[list[int]] = []
+
+    async def send(batch: list[int]) -> None:
+        sent.append(batch)
+
+    queue: SentInOrder[int] = SentInOrder(send, "spaced", spacing=60.0)
+    queue.put(1)
+    await _let_tasks_run()
+    assert sent == [[1]] and queue.idle  # the first batch leaves at once
+    queue.put(2)
+    queue.put_all([3, 4])
+    await _let_tasks_run()
+    assert sent == [[1]] and not queue.idle  # the next waits out the spacing
+    await queue.flush(timeout=5.0)
+    assert sent == [[1], [2, 3, 4]] and queue.idle  # gathered, in order, and not a minute later
+    queue.put(5)
+    await _let_tasks_run()
+    assert sent == [[1], [2, 3, 4]]  # a flush hurries what waits then, not what is put later
+    await queue.flush(timeout=5.0)
+    assert sent == [[1], [2, 3, 4], [5]]

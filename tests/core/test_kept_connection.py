@@ -8,6 +8,7 @@ import time
 import pytest
 from sqlalchemy import event
 
+import core.db
 import core.engines
 from core.db import Database, publish_after_commit
 
@@ -95,10 +96,11 @@ async def test_a_connection_kept_idle_goes_back_to_the_pool_before_the_next_stat
 
 
 async def test_a_kept_tasks_news_leaves_in_commit_order_while_it_goes_on_and_all_before_the_block_ends(
-    db: Database,
+    db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if await _keeps_nothing(db):
         return
+    monkeypatch.setattr(core.db, "NEWS_SPACING_SECONDS", 0.0)  # every batch as soon as the task waits
     heard: list[int] = []
     listening = db.bus.listen(("news:",), lambda _channel, message: heard.append(message["n"]), lambda: None)
     try:
@@ -121,5 +123,27 @@ async def test_a_kept_tasks_news_leaves_in_commit_order_while_it_goes_on_and_all
         async with db.alone() as alone:
             publish_after_commit(alone, "news:a", {"n": 4})
         assert heard == [1, 2, 3, 4]
+    finally:
+        await listening.stop()
+
+
+async def test_a_kept_tasks_news_after_its_first_batch_waits_out_the_spacing_but_not_the_blocks_end(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if await _keeps_nothing(db):
+        return
+    monkeypatch.setattr(core.db, "NEWS_SPACING_SECONDS", 60.0)
+    heard: list[int] = []
+    listening = db.bus.listen(("news:",), lambda _channel, message: heard.append(message["n"]), lambda: None)
+    try:
+        async with db.keeping_alone():
+            for n in (1, 2, 3):
+                async with db.alone() as alone:
+                    await alone.connection.exec_driver_sql("SELECT 1")
+                    publish_after_commit(alone, "news:a", {"n": n})
+            async with db.alone() as alone:
+                await alone.connection.exec_driver_sql("SELECT 1")
+            assert heard == [1]  # the first batch left while the next statement ran; the rest waits
+        assert heard == [1, 2, 3]  # the block's end sends what waits, without waiting out the minute
     finally:
         await listening.stop()
