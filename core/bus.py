@@ -198,7 +198,7 @@ class SentInOrder(Generic[T]):
     """Items handed over now and sent later, in order, by a task of its own: what was put while a send was under
     way leaves, as one batch, with the next. Whoever puts never waits; `send_batch` handles its own failures.
 
-    With `spacing` (seconds), a batch leaves at most that long after the one before it began, gathering what is
+    With `spacing` (seconds), a batch leaves no sooner than that after the one before it began, gathering what is
     put meanwhile: the first leaves at once, and `flush` sends what waits without waiting out the spacing.
     """
 

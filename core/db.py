@@ -322,8 +322,7 @@ class Database:
         as usual (pinged there if it idled). Holds no transaction and no lock: every statement commits by itself.
         What the task's commits queue meanwhile (events, bus messages) leaves in commit order while its next
         statement is at the database, in batches at least `NEWS_SPACING_SECONDS` apart, and all of it before the
-        block ends (`_KeptConnection.news`). Nothing is kept
-        where the backend writes in transactions only."""
+        block ends (`_KeptConnection.news`). Nothing is kept where the backend writes in transactions only."""
         task = asyncio.current_task()
         if not self.backend.writes_alone or task is None:
             yield
