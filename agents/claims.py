@@ -146,14 +146,22 @@ def runnable(*, named: bool) -> tuple[sa.ColumnElement[bool], ...]:
     wake-up's): that one also takes a run kept for its wake-up, whose lease no worker holds (core/run_entry.py
     WAKE_UP_WINDOW)."""
     columns = EXECUTIONS.c
-    free = [columns.lease_until.is_(None), columns.lease_until < sa.bindparam("now", type_=UTCDateTime())]
+    now = sa.bindparam("now", type_=UTCDateTime())
+    free = [columns.lease_until.is_(None), columns.lease_until < now]
     if named:
         free.append(columns.worker_id.is_(None))
+        # Named by a wake-up, sent once its creation was committed: created before `now`.
+        created: tuple[sa.ColumnElement[bool], ...] = ()
+    else:
+        # A search's statement may run well after it read the clock (a loaded machine, a new connection): one
+        # created meanwhile is its wake-up's, or it would look started before it was created.
+        created = (columns.created_at <= now,)
     return (
         one_of(columns.status, RUNNABLE),
         # The caller's own agent drives an external execution over REST: no worker ever runs it.
         columns.agent_model != EXTERNAL,
         sa.or_(*free),
+        *created,
     )
 
 

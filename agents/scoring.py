@@ -22,20 +22,21 @@ from typing import Any
 import sqlalchemy as sa
 
 from agents.providers import ModelRegistry
-from agents.woken_loop import run_woken
 from core.db import Database
+from core.looks import NOW, Looks
 from core.models import Execution, utcnow
 from core.scorers import DETERMINISTIC, ended_without_output, score_deterministic
 from core.settings import Settings
 from core.verdicts import record_verdict
 from core.vocabulary import FINAL, ExecutionStatus, VerdictState
 from core.webhooks import SCORING_CHANNEL
+from core.woken_loop import run_woken
 from review.grade_request import request_grade
 
 log = logging.getLogger(__name__)
 
 
-def _due(now: datetime) -> list[sa.ColumnElement[bool]]:
+def _due(now: datetime | sa.BindParameter[Any]) -> list[sa.ColumnElement[bool]]:
     return [
         Execution.verdict_state == VerdictState.PENDING,
         Execution.status.in_(list(FINAL)),
@@ -114,14 +115,18 @@ async def process_scoring(
     return done
 
 
-async def run_scoring(db: Database, settings: Settings, models: ModelRegistry, stop: asyncio.Event) -> None:
-    """The worker's scoring loop: woken by a run's end, polling as the safety net."""
+async def run_scoring(
+    db: Database, settings: Settings, models: ModelRegistry, looks: Looks, stop: asyncio.Event
+) -> None:
+    """The worker's scoring loop: woken by a run's end, the beat's look as the safety net."""
     await run_woken(
         db,
         SCORING_CHANNEL,
         lambda: process_scoring(db, settings, models),
         stop,
-        poll_seconds=settings.worker_poll_seconds,
+        looks=looks,
+        look="scoring",
+        due=sa.select(Execution.id).where(*_due(NOW)),
         name="the worker's scoring wake-ups",
-        failure="scoring failed; retrying at the next poll",
+        failure="scoring failed; retrying at the next wake-up",
     )

@@ -21,12 +21,13 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agents.creating import NewTask, insert_execution
-from agents.woken_loop import run_woken
 from core.backends import backend_of
 from core.bus import SUITE_CHANNEL
 from core.db import Database, more_to_write
+from core.looks import Looks
 from core.models import SUITE_RUNS, SUITE_TASKS, SUITES, utcnow
 from core.settings import Settings
+from core.woken_loop import run_woken
 
 log = logging.getLogger(__name__)
 
@@ -120,14 +121,16 @@ async def schedule_suites(db: Database, settings: Settings) -> int:
     return count
 
 
-async def run_suite_scheduler(db: Database, settings: Settings, stop: asyncio.Event) -> None:
-    """The worker's suite loop: woken when a suite's run ends, polling as the safety net."""
+async def run_suite_scheduler(db: Database, settings: Settings, looks: Looks, stop: asyncio.Event) -> None:
+    """The worker's suite loop: woken when a suite's run ends, the beat's look as the safety net."""
     await run_woken(
         db,
         SUITE_CHANNEL,
         lambda: schedule_suites(db, settings),
         stop,
-        poll_seconds=settings.worker_poll_seconds,
+        looks=looks,
+        look="suites",
+        due=_KEYS_WAITING,
         name="the worker's suite wake-ups",
-        failure="starting suite runs failed; retrying at the next poll",
+        failure="starting suite runs failed; retrying at the next wake-up",
     )

@@ -1,6 +1,7 @@
 """The worker: claims runnable executions and runs them, woken by the bus.
 
-A slow poll is the safety net for lost wake-ups and for leases left by dead workers.
+The beat's look (core/looks.py) is the safety net for lost wake-ups and for leases left by dead workers: one
+statement every few seconds asks whether this loop or any of the worker's others has something due.
 """
 
 from __future__ import annotations
@@ -14,17 +15,20 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from agents.claims import Claim, claim_execution, claim_next, claim_to_take_over
+import sqlalchemy as sa
+
+from agents.claims import Claim, claim_execution, claim_next, claim_to_take_over, runnable
 from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
 from agents.scoring import run_scoring
 from agents.suite_scheduler import run_suite_scheduler
-from core.beats import seconds_to_beat
 from core.bus import WAKE_CHANNEL
 from core.db import Database
 from core.ids import new_id
+from core.looks import Looks
 from core.mail import run_mail_dispatcher
+from core.models import EXECUTIONS
 from core.run_entry import Resume
 from core.settings import Settings
 from core.webhook_sender import run_webhook_dispatcher
@@ -54,7 +58,7 @@ class Worker:
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._kick = asyncio.Event()
         # Executions wake-ups named as runnable, claimed by id. A search for the oldest runnable one is due
-        # at start, at every safety-net poll and when the named ones overflow; a claim that finds nothing
+        # at start, when the beat's look finds one and when the named ones overflow; a claim that finds nothing
         # ends it. A claim is a write transaction: none is spent on finding nothing after every run.
         self._named: dict[str, None] = {}
         self._stopping = False
@@ -72,43 +76,39 @@ class Worker:
         if inbound is not None and not await inbound.start():
             inbound = None
         wakeups = self.db.bus.listen(
-            (WAKE_CHANNEL,), self._woken, self._missed, name="the worker's wake-ups", meanwhile="it polls on its own"
+            (WAKE_CHANNEL,),
+            self._woken,
+            self._missed,
+            name="the worker's wake-ups",
+            meanwhile="the beat's look stands in",
         )
-        helpers = [asyncio.create_task(run_review_timers(self.db, self.settings, stop))]
+        looks = Looks(self.db, self.settings.worker_poll_seconds)
+        looks.add("claims", sa.select(EXECUTIONS.c.id).where(*runnable(named=False)), self._missed)
+        helpers = [asyncio.create_task(run_review_timers(self.db, self.settings, looks, stop))]
         # External agents that went silent (agentModel "external"): any one worker's look is enough.
         helpers.append(asyncio.create_task(run_external_sweep(self.db, self.settings, stop)))
         # Webhook deliveries (core/webhook_sender.py): always on, the outbox may hold rows from any process.
-        helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, stop)))
+        helpers.append(asyncio.create_task(run_webhook_dispatcher(self.db, self.settings, looks, stop)))
         if self.settings.otel_traces_endpoint:
             # Spans over OTLP (issue 23.6); without the setting the SDK is not even imported.
             from core.trace_export import run_trace_exporter
 
-            helpers.append(asyncio.create_task(run_trace_exporter(self.db, self.settings, stop)))
+            helpers.append(asyncio.create_task(run_trace_exporter(self.db, self.settings, looks, stop)))
         # Verdicts of ended runs with scorers (issue 23): any worker scores any run, once.
-        helpers.append(asyncio.create_task(run_scoring(self.db, self.settings, self.models, stop)))
+        helpers.append(asyncio.create_task(run_scoring(self.db, self.settings, self.models, looks, stop)))
         # Suites' pending runs (issue 23): started as slots of their key free up.
-        helpers.append(asyncio.create_task(run_suite_scheduler(self.db, self.settings, stop)))
+        helpers.append(asyncio.create_task(run_suite_scheduler(self.db, self.settings, looks, stop)))
         if self.settings.smtp_url:
-            helpers.append(
-                asyncio.create_task(
-                    run_mail_dispatcher(self.db, self.settings.smtp_url, stop, self.settings.worker_poll_seconds)
-                )
-            )
+            helpers.append(asyncio.create_task(run_mail_dispatcher(self.db, self.settings.smtp_url, looks, stop)))
+        helpers.append(asyncio.create_task(looks.run(stop)))
         stopper = asyncio.create_task(stop.wait())
         stopper.add_done_callback(lambda _: self._kick.set())
         log.info("worker %s started", self.worker_id)
         try:
-            loop = asyncio.get_running_loop()
             while not stop.is_set():
                 self._kick.clear()
                 await self._fill()
-                # A timer, not wait_for: a kick then wakes this loop at once, where wait_for would wake it through
-                # a task of its own, two turns of the loop later (behind whatever the process does meanwhile).
-                poll = loop.call_later(seconds_to_beat(self.settings.worker_poll_seconds), self._missed)
-                try:
-                    await self._kick.wait()
-                finally:
-                    poll.cancel()
+                await self._kick.wait()  # a wake-up, a run's end, the beat's look or the stop
         finally:
             self._stopping = True  # a wake-up heard from now on starts nothing
             for task in (*self._running, stopper):
@@ -150,7 +150,7 @@ class Worker:
                     claim = await claim_next(self.db, self.worker_id, lease)
                     self._search = claim is not None
             except Exception:
-                log.exception("claiming failed; retrying at the next poll")
+                log.exception("claiming failed; retrying at the next wake-up")
                 self._search = True
                 return
             if claim is not None:
@@ -195,8 +195,8 @@ class Worker:
             self._wanted(execution_id)
 
     def _missed(self) -> None:
-        """Wake-ups may have been lost (the bus reconnected, a wake-up named nothing, the safety-net poll is due):
-        search for runnable executions instead."""
+        """Wake-ups may have been lost (the bus reconnected, a wake-up named nothing, the beat's look found a runnable
+        execution): search for runnable executions instead."""
         self._search = True
         self._kick.set()
 

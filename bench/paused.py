@@ -160,7 +160,7 @@ async def measure(st: Stack, quick: bool, count: int | None = None) -> None:
     if (paused or 0) < total:
         raise SystemExit(f"only {paused} executions are paused, wanted {total}")
     poll = float(st.env.get("VOUCH_WORKER_POLL_SECONDS", "5"))
-    await asyncio.sleep(1.0 if quick else poll + 1.0)  # the worker's safety-net poll has looked at them all
+    await asyncio.sleep(1.0 if quick else poll + 1.0)  # the beat's look (core/looks.py) has passed over them all
     rss_paused, bytes_paused = rss_bytes(st.worker_pid), await database_bytes(st)
 
     await st.restart()

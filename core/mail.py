@@ -12,21 +12,22 @@ import logging
 import random
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from email.message import EmailMessage
 from email.utils import formatdate, parseaddr
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import aiosmtplib
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.beats import seconds_to_beat
 from core.db import Database, publish_after_commit
 from core.event_payloads import MailFailed
 from core.events import append_events
 from core.headers import line_break_problem, one_recipient
 from core.ids import new_id
+from core.looks import NOW, Looks
 from core.models import MailMessage, utcnow
 from core.vocabulary import EventType
 from core.wakeups import Wakeups
@@ -153,15 +154,15 @@ def envelope_recipient(message: MailMessage) -> str:
         raise Unsendable(str(exc)) from None
 
 
+def _due(now: datetime | sa.BindParameter[Any]) -> sa.Select[str]:
+    """The ids of the queued messages whose attempt is due at `now` (a claim moves it on by `_SEND_LEASE`)."""
+    return sa.select(MailMessage.id).where(MailMessage.status == "queued", MailMessage.next_attempt_at <= now)
+
+
 async def _claim_due(db: Database) -> MailMessage | None:
     now = utcnow()
     async with db.transaction() as session:
-        due = (
-            sa.select(MailMessage.id)
-            .where(MailMessage.status == "queued", MailMessage.next_attempt_at <= now)
-            .order_by(MailMessage.next_attempt_at)
-            .limit(1)
-        )
+        due = _due(now).order_by(MailMessage.next_attempt_at).limit(1)
         return await session.scalar(
             sa.update(MailMessage)
             .where(MailMessage.id == db.backend.skip_locked(due).scalar_subquery())
@@ -269,17 +270,18 @@ async def _record_failure(db: Database, message: MailMessage, reason: str, *, pe
             await append_events(session, message.execution_id, [(EventType.MAIL_FAILED, payload)])
 
 
-async def run_mail_dispatcher(db: Database, smtp_url: str, stop: asyncio.Event, poll_seconds: float) -> None:
-    """Deliver queued mail until `stop` is set: woken by the bus, with a slow poll as safety net (and as all
-    there is while Redis is away: core/wakeups.py)."""
+async def run_mail_dispatcher(db: Database, smtp_url: str, looks: Looks, stop: asyncio.Event) -> None:
+    """Deliver queued mail until `stop` is set: woken by the bus, with the beat's look (core/looks.py) as safety net
+    (and as all there is while Redis is away: core/wakeups.py)."""
     target = SmtpTarget.from_url(smtp_url)
     wakeups = Wakeups(db.bus, (MAIL_CHANNEL,), "the mail dispatcher")
+    looks.add("mail", _due(NOW), wakeups.wake)
     try:
         while not stop.is_set():
             try:
                 await deliver_due_mail(db, target)
             except Exception:
                 log.exception("mail dispatch round failed")
-            await wakeups.wait(seconds_to_beat(poll_seconds))
+            await wakeups.wait()
     finally:
         await wakeups.stop()

@@ -23,11 +23,11 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from core.beats import seconds_to_beat
 from core.db import Database
+from core.looks import NOW, Looks
 from core.model_profiles import EXTERNAL, OFFLINE, PROVIDERS
 from core.models import Event, Execution, TraceExport, utcnow
-from core.outbox_claims import claim_next_due
+from core.outbox_claims import claim_next_due, due_rows
 from core.settings import Settings
 from core.trace_outbox import RUN_UNIT, TRACE_CHANNEL
 from core.trace_spans import RunFacts, SpanBuilder, service_resource
@@ -132,20 +132,21 @@ async def export_due(db: Database, settings: Settings, builder: SpanBuilder, exp
     return tried
 
 
-async def run_trace_exporter(db: Database, settings: Settings, stop: asyncio.Event,
+async def run_trace_exporter(db: Database, settings: Settings, looks: Looks, stop: asyncio.Event,
                              exporter: SpanExporter | None = None) -> None:
-    """Export units until `stop` is set: woken over the bus after each commit that queues one, with the worker's
-    poll as the safety net (and for retries)."""
+    """Export units until `stop` is set: woken over the bus after each commit that queues one, with the beat's look
+    (core/looks.py) as the safety net (and for retries)."""
     exporter = exporter or OTLPSpanExporter(endpoint=settings.otel_traces_endpoint)
     builder = SpanBuilder(service_resource(), _version())
     wakeups = Wakeups(db.bus, (TRACE_CHANNEL,), "the trace exporter")
+    looks.add("trace_export", due_rows(TraceExport, NOW), wakeups.wake)
     try:
         while not stop.is_set():
             try:
                 await export_due(db, settings, builder, exporter)
             except Exception:
                 log.exception("trace export round failed")
-            await wakeups.wait(seconds_to_beat(settings.worker_poll_seconds))
+            await wakeups.wait()
     finally:
         await wakeups.stop()
         exporter.shutdown()

@@ -28,11 +28,11 @@ from urllib.parse import urlsplit
 import httpx
 import sqlalchemy as sa
 
-from core.beats import seconds_to_beat
 from core.db import Database
+from core.looks import NOW, Looks
 from core.models import WebhookAttempt, WebhookDelivery, utcnow
 from core.outbound import OutboundRefused, guarded_client, webhook_policy
-from core.outbox_claims import claim_next_due
+from core.outbox_claims import claim_next_due, due_rows
 from core.settings import Settings
 from core.wakeups import Wakeups
 from core.webhook_secrets import sign, signing_secrets
@@ -263,12 +263,18 @@ async def seconds_until_next_due(db: Database, clock: Clock) -> float | None:
 
 
 async def run_webhook_dispatcher(
-    db: Database, settings: Settings, stop: asyncio.Event, *, clock: Clock = utcnow, jitter: Jitter = random.random
+    db: Database,
+    settings: Settings,
+    looks: Looks,
+    stop: asyncio.Event,
+    *,
+    clock: Clock = utcnow,
+    jitter: Jitter = random.random,
 ) -> None:
     """Send deliveries until `stop` is set: woken over the bus after each commit that queues one, and at
-    the next due retry, with the worker's slow poll as the safety net."""
-    poll = settings.worker_poll_seconds
+    the next due retry, with the beat's look (core/looks.py) as the safety net."""
     wakeups = Wakeups(db.bus, (WEBHOOK_CHANNEL,), "the webhook sender")
+    looks.add("webhooks", due_rows(WebhookDelivery, NOW), wakeups.wake)
     try:
         async with guarded_client(webhook_policy(settings), timeout=settings.webhook_timeout_seconds) as client:
             while not stop.is_set():
@@ -278,7 +284,6 @@ async def run_webhook_dispatcher(
                     due = await seconds_until_next_due(db, clock)
                 except Exception:
                     log.exception("webhook dispatch round failed")
-                beat = seconds_to_beat(poll)  # read after the round: its beat is the next one from now
-                await wakeups.wait(beat if due is None else min(beat, max(0.05, due)))
+                await wakeups.wait(None if due is None else max(0.05, due))
     finally:
         await wakeups.stop()

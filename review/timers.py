@@ -14,25 +14,25 @@ the deadline the task's reviewDeadline seconds after it, applying onDeadline as 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.backends import backend_of
-from core.beats import seconds_to_beat
 from core.db import Database
 from core.event_payloads import ReviewDeadlinePassed, ReviewTimerFired
 from core.events import append_event
 from core.ids import new_id
 from core.links import chat_url
+from core.looks import NOW, Looks
 from core.mail import enqueue_mail
 from core.models import Checkpoint, Execution, ReviewTimer, utcnow
 from core.settings import Settings
 from core.vocabulary import Channel, CheckpointOrigin, EventType
+from core.woken_loop import run_woken
 from review.access import disabled
 from review.decisions import Outcome, decide
 
@@ -74,13 +74,12 @@ async def schedule_timers(
         )
 
 
+def _due(now: datetime | sa.BindParameter[Any]) -> list[sa.ColumnElement[bool]]:
+    return [ReviewTimer.fired_at.is_(None), ReviewTimer.due_at <= now]
+
+
 async def _claim(session: AsyncSession, now: datetime) -> ReviewTimer | None:
-    query = (
-        sa.select(ReviewTimer)
-        .where(ReviewTimer.fired_at.is_(None), ReviewTimer.due_at <= now)
-        .order_by(ReviewTimer.due_at, ReviewTimer.id)
-        .limit(1)
-    )
+    query = sa.select(ReviewTimer).where(*_due(now)).order_by(ReviewTimer.due_at, ReviewTimer.id).limit(1)
     return await session.scalar(backend_of(session).skip_locked(query))
 
 
@@ -177,11 +176,7 @@ async def process_due_timers(db: Database, settings: Settings, now: datetime | N
     acted = 0
     async with db.reading() as session:
         # A read first: an idle poll must not take SQLite's write lock (BEGIN IMMEDIATE) every few seconds.
-        due = await session.scalar(
-            sa.select(ReviewTimer.id)
-            .where(ReviewTimer.fired_at.is_(None), ReviewTimer.due_at <= (now or utcnow()))
-            .limit(1)
-        )
+        due = await session.scalar(sa.select(ReviewTimer.id).where(*_due(now or utcnow())).limit(1))
     if due is None:
         return 0
     for _ in range(limit):
@@ -195,12 +190,16 @@ async def process_due_timers(db: Database, settings: Settings, now: datetime | N
     return acted
 
 
-async def run_review_timers(db: Database, settings: Settings, stop: asyncio.Event) -> None:
-    """The worker's timer loop: a slow poll is enough, a reminder a few seconds late is no harm."""
-    while not stop.is_set():
-        try:
-            await process_due_timers(db, settings)
-        except Exception:
-            log.exception("review timers failed; retrying at the next poll")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds_to_beat(settings.worker_poll_seconds))
+async def run_review_timers(db: Database, settings: Settings, looks: Looks, stop: asyncio.Event) -> None:
+    """The worker's timer loop: woken by the beat's look alone, a reminder a few seconds late is no harm."""
+    await run_woken(
+        db,
+        None,
+        lambda: process_due_timers(db, settings),
+        stop,
+        looks=looks,
+        look="review_timers",
+        due=sa.select(ReviewTimer.id).where(*_due(NOW)),
+        name="the worker's review timers",
+        failure="review timers failed; retrying at the next wake-up",
+    )

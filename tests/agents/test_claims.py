@@ -50,6 +50,17 @@ async def set_fields(db: Database, execution_id: str, **values: Any) -> None:
         await session.execute(sa.update(Execution).where(Execution.id == execution_id).values(**values))
 
 
+async def test_a_search_passes_by_an_execution_created_after_its_clock_but_its_wake_up_claims_it(
+    db: Database, settings: Settings
+) -> None:
+    """A search whose statement runs late (a loaded machine) must not start a run before it was created."""
+    (exe,) = await new_executions(db, settings, 1)
+    created = utcnow() + timedelta(minutes=1)  # as if committed after the search read its clock
+    await set_fields(db, exe, created_at=created)
+    assert await claim_next(db, "worker-a", 30) is None
+    assert await claim_execution(db, "worker-a", 30, exe) == Claim(exe, 1)
+
+
 async def test_queued_execution_is_claimed_once(db: Database, settings: Settings) -> None:
     (exe,) = await new_executions(db, settings, 1)
     before = utcnow()
