@@ -171,7 +171,9 @@ def runnable(*, named: bool) -> tuple[sa.ColumnElement[bool], ...]:
 _CLAIM_BY_ID = DirectStatement(
     _claiming(sa.and_(EXECUTIONS.c.id == sa.bindparam("wanted"), *runnable(named=True)))
 )
-_OLDEST = sa.select(EXECUTIONS.c.id).where(*runnable(named=False)).order_by(EXECUTIONS.c.created_at).limit(1)
+# The executions a search may claim at bind parameter `now`: the worker's beat looks for these (agents/worker.py).
+SEARCHABLE = sa.select(EXECUTIONS.c.id).where(*runnable(named=False))
+_OLDEST = SEARCHABLE.order_by(EXECUTIONS.c.created_at).limit(1)
 
 
 @functools.cache

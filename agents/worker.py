@@ -15,9 +15,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-import sqlalchemy as sa
-
-from agents.claims import Claim, claim_execution, claim_next, claim_to_take_over, runnable
+from agents.claims import SEARCHABLE, Claim, claim_execution, claim_next, claim_to_take_over
 from agents.external_sweep import run_external_sweep
 from agents.providers import ModelRegistry
 from agents.runner import ExecutionRunner
@@ -28,7 +26,6 @@ from core.db import Database
 from core.ids import new_id
 from core.looks import Looks
 from core.mail import run_mail_dispatcher
-from core.models import EXECUTIONS
 from core.run_entry import Resume
 from core.settings import Settings
 from core.webhook_sender import run_webhook_dispatcher
@@ -83,7 +80,7 @@ class Worker:
             meanwhile="the beat's look stands in",
         )
         looks = Looks(self.db, self.settings.worker_poll_seconds)
-        looks.add("claims", sa.select(EXECUTIONS.c.id).where(*runnable(named=False)), self._missed)
+        looks.add("claims", SEARCHABLE, self._missed)
         helpers = [asyncio.create_task(run_review_timers(self.db, self.settings, looks, stop))]
         # External agents that went silent (agentModel "external"): any one worker's look is enough.
         helpers.append(asyncio.create_task(run_external_sweep(self.db, self.settings, stop)))

@@ -175,7 +175,7 @@ async def process_due_timers(db: Database, settings: Settings, now: datetime | N
     """Fire up to `limit` due timers, one transaction each; returns how many acted. `now` is injectable."""
     acted = 0
     async with db.reading() as session:
-        # A read first: an idle poll must not take SQLite's write lock (BEGIN IMMEDIATE) every few seconds.
+        # A read first: a round with nothing due (the first, at start) must not take SQLite's write lock.
         due = await session.scalar(sa.select(ReviewTimer.id).where(*_due(now or utcnow())).limit(1))
     if due is None:
         return 0
